@@ -1,0 +1,72 @@
+"""Shared fixtures: a fresh default graph and device configuration for every
+test, logical CPUs standing in for towers, and fake GPUs for placement tests."""
+
+import numpy as np
+import pytest
+
+import towerflow as tf
+from towerflow import backends
+from towerflow.backends import numpy_backend
+from towerflow.device import physical, runtime
+from towerflow.device.physical import GpuInfo
+from towerflow.graph import registry
+
+N_LOGICAL_CPUS = 4
+
+
+@pytest.fixture(autouse=True)
+def fresh_state():
+    """Every test starts from a new default graph and unconfigured devices."""
+    tf.reset_default_graph()
+    runtime.reset()
+    yield
+    tf.reset_default_graph()
+    runtime.reset()
+    physical.set_gpu_probe(None)
+
+
+@pytest.fixture
+def no_gpu():
+    """Pretend the machine has no GPU, even where one is present."""
+    physical.set_gpu_probe(lambda: ([], "no GPU (test)"))
+
+
+def split_cpu(count=N_LOGICAL_CPUS):
+    """Split the CPU into ``count`` logical CPUs (/cpu:0 .. /cpu:count-1)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+
+
+@pytest.fixture
+def logical_cpus():
+    """Four logical CPUs; yields their names ['/cpu:0', ..]."""
+    split_cpu()
+    return [f"/cpu:{i}" for i in range(N_LOGICAL_CPUS)]
+
+
+def fake_gpu(index, name="NVIDIA H100 80GB HBM3"):
+    return GpuInfo(index=index, name=name, total_memory=80 * 2**30,
+                   compute_capability=(9, 0), pci_bus_id=f"0000:{0x1e + index:02x}:00.0")
+
+
+class FakeGpuDevice(numpy_backend.NumpyDevice):
+    """A 'GPU' whose kernels are the NumPy ones: lets placement and the plan
+    be tested as if GPUs were present, on a machine without one."""
+
+
+@pytest.fixture
+def fake_gpus():
+    """Install a probe reporting ``count`` GPUs, served by NumPy kernels."""
+    def install(count=1):
+        physical.set_gpu_probe(lambda: ([fake_gpu(i) for i in range(count)], None))
+        registry.register_kernels("GPU", numpy_backend.KERNELS)
+        backends.register_backend("GPU", FakeGpuDevice)
+    yield install
+    registry.unregister_kernels("GPU")
+    backends.unregister_backend("GPU")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

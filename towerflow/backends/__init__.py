@@ -1,0 +1,55 @@
+"""Stage 6: backends. One module per backend, each a kernel table plus a
+per-device runtime that moves arrays (to the device, to the host, between
+devices). The plan asks :func:`device_runtime` for the runtime of each
+logical device it uses.
+
+A backend is registered per device type; the NumPy backend serves 'CPU'::
+
+    runtime = device_runtime(logical_device)      # NumpyDevice for /cpu:N
+    runtime.kernels["MatMul"](ctx)(a, b)
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+from .. import errors
+
+_BACKEND_FACTORIES = {}
+
+
+@dataclasses.dataclass
+class KernelContext:
+    """What a kernel maker may use while the plan compiles one op."""
+
+    op: Any                 # the graph Operation
+    attrs: dict
+    output_dtypes: list     # NumPy dtypes of the op's outputs
+    device: Any             # the device runtime the op runs on
+    resource: Callable      # resource(key, factory): per-Session state (variables, RNGs)
+
+
+def register_backend(device_type, factory):
+    """Serve ``device_type`` with ``factory(logical_device) -> device runtime``."""
+    _BACKEND_FACTORIES[device_type] = factory
+
+
+def unregister_backend(device_type):
+    _BACKEND_FACTORIES.pop(device_type, None)
+
+
+def device_runtime(logical_device):
+    """The runtime of ``logical_device`` (a runtime.LogicalDevice)."""
+    factory = _BACKEND_FACTORIES.get(logical_device.device_type)
+    if factory is None:
+        _import_backend_for(logical_device.device_type)
+        factory = _BACKEND_FACTORIES.get(logical_device.device_type)
+    if factory is None:
+        raise errors.UnimplementedError(
+            None, None, f"No backend runs {logical_device.device_type} devices "
+            f"({logical_device.name}) in this version of towerflow.")
+    return factory(logical_device)
+
+
+def _import_backend_for(device_type):
+    if device_type == "CPU":
+        from . import numpy_backend  # noqa: F401  (registers itself)

@@ -1,0 +1,286 @@
+"""Kernels written once against an array module ``xp`` (NumPy or CuPy).
+
+``build_kernels(xp)`` returns the table ``{kernel name: make_kernel}``. The
+plan calls ``make_kernel(ctx)`` once per op when it compiles (``ctx`` is a
+:class:`~towerflow.backends.KernelContext`) and gets back a plain function of
+the input arrays, so attributes are bound before the hot loop, never looked
+up in it. A kernel returns one array, a tuple (several outputs) or None.
+"""
+
+import functools
+
+from .. import errors
+
+
+def build_kernels(xp):
+    """The kernel table for array module ``xp``."""
+    table = {}
+    table.update(_source_kernels(xp))
+    table.update(_elementwise_kernels(xp))
+    table.update(_reduction_kernels(xp))
+    table.update(_array_kernels(xp))
+    table.update(_random_kernels(xp))
+    table.update(_state_kernels(xp))
+    return table
+
+
+def _fixed(fn):
+    """A maker for kernels that need nothing from the op."""
+    return lambda ctx: fn
+
+
+def _identity(x):
+    return x
+
+
+def _source_kernels(xp):
+    def const(ctx):
+        value = ctx.device.to_device(ctx.attrs["value"])
+        return lambda: value
+
+    def placeholder(ctx):
+        def unfed():
+            raise errors.InvalidArgumentError(
+                None, ctx.op, f"You must feed a value for placeholder tensor '{ctx.op.name}'")
+        return unfed
+
+    def fill(ctx):
+        shape, dtype = ctx.attrs["shape"], ctx.output_dtypes[0]
+        return lambda value: xp.full(shape, value, dtype=dtype)
+
+    def like(fill_value):
+        def make(ctx):
+            dtype = ctx.output_dtypes[0]
+            return lambda x: xp.full(xp.shape(x), fill_value, dtype=dtype)
+        return make
+
+    return {"Const": const, "Placeholder": placeholder, "Fill": fill,
+            "PlaceholderWithDefault": _fixed(_identity), "Identity": _fixed(_identity),
+            "ZerosLike": like(0), "OnesLike": like(1), "NoOp": _fixed(lambda: None)}
+
+
+def _elementwise_kernels(xp):
+    def rsqrt(x):
+        return xp.reciprocal(xp.sqrt(x))
+
+    def sigmoid(x):
+        # NOTE: tanh form: never overflows, unlike 1 / (1 + exp(-x)).
+        return (xp.tanh(x * 0.5) + 1) * 0.5
+
+    def squared_difference(x, y):
+        return xp.square(x - y)
+
+    fns = {
+        "Neg": xp.negative, "Abs": xp.abs, "Square": xp.square, "Sqrt": xp.sqrt,
+        "Rsqrt": rsqrt, "Exp": xp.exp, "Log": xp.log, "Log1p": xp.log1p, "Sign": xp.sign,
+        "Reciprocal": xp.reciprocal, "Floor": xp.floor, "Ceil": xp.ceil, "Round": xp.round,
+        "Sin": xp.sin, "Cos": xp.cos, "Tanh": xp.tanh, "Sigmoid": sigmoid,
+        "Add": xp.add, "Sub": xp.subtract, "Mul": xp.multiply, "RealDiv": xp.true_divide,
+        "FloorDiv": xp.floor_divide, "FloorMod": xp.mod, "Pow": xp.power,
+        "Maximum": xp.maximum, "Minimum": xp.minimum,
+        "SquaredDifference": squared_difference,
+        "Equal": xp.equal, "NotEqual": xp.not_equal, "Less": xp.less,
+        "LessEqual": xp.less_equal, "Greater": xp.greater, "GreaterEqual": xp.greater_equal,
+        "LogicalAnd": xp.logical_and, "LogicalOr": xp.logical_or,
+        "LogicalNot": xp.logical_not,
+    }
+    table = {name: _fixed(fn) for name, fn in fns.items()}
+    table["MatMul"] = lambda ctx: _matmul_kernel(xp, ctx.attrs)
+    table["Cast"] = lambda ctx: functools.partial(_cast, dtype=ctx.output_dtypes[0])
+    table["AddN"] = _fixed(_add_n)
+    return table
+
+
+def _matmul_kernel(xp, attrs):
+    transpose_a, transpose_b = attrs["transpose_a"], attrs["transpose_b"]
+    if not (transpose_a or transpose_b):
+        return xp.matmul
+
+    def matmul(a, b):
+        if transpose_a:
+            a = xp.swapaxes(a, -1, -2)
+        if transpose_b:
+            b = xp.swapaxes(b, -1, -2)
+        return xp.matmul(a, b)
+    return matmul
+
+
+def _cast(x, dtype):
+    return x.astype(dtype, copy=False)
+
+
+def _add_n(*values):
+    # NOTE: a fixed left-to-right order, so every run sums bit-identically.
+    total = values[0]
+    for value in values[1:]:
+        total = total + value
+    return total
+
+
+def _reduction_kernels(xp):
+    def reducer(fn, pass_dtype):
+        def make(ctx):
+            options = {"axis": ctx.attrs["axes"], "keepdims": ctx.attrs["keepdims"]}
+            if pass_dtype:
+                options["dtype"] = ctx.output_dtypes[0]
+            return functools.partial(fn, **options)
+        return make
+
+    def mean(ctx):
+        axes, keepdims, dtype = ctx.attrs["axes"], ctx.attrs["keepdims"], ctx.output_dtypes[0]
+        if dtype.kind == "f":
+            return functools.partial(xp.mean, axis=axes, keepdims=keepdims, dtype=dtype)
+
+        def integer_mean(x):  # TensorFlow truncates the mean of integers
+            return xp.trunc(xp.mean(x, axis=axes, keepdims=keepdims)).astype(dtype)
+        return integer_mean
+
+    def arg(fn):
+        def make(ctx):
+            axis, dtype = ctx.attrs["axis"], ctx.output_dtypes[0]
+            return lambda x: fn(x, axis=axis).astype(dtype)
+        return make
+
+    return {"Sum": reducer(xp.sum, True), "Prod": reducer(xp.prod, True), "Mean": mean,
+            "Max": reducer(xp.amax, False), "Min": reducer(xp.amin, False),
+            "Any": reducer(xp.any, False), "All": reducer(xp.all, False),
+            "ArgMax": arg(xp.argmax), "ArgMin": arg(xp.argmin)}
+
+
+def _array_kernels(xp):
+    def split(ctx):
+        sizes, axis = ctx.attrs["sizes"], ctx.attrs["axis"]
+        cuts = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
+        return lambda x: tuple(xp.split(x, cuts, axis=axis))
+
+    def shape(ctx):
+        dtype = ctx.output_dtypes[0]
+        return lambda x: xp.asarray(xp.shape(x), dtype=dtype)
+
+    def method(name, key):
+        """Call the array's own method (NumPy and CuPy arrays share these)."""
+        return lambda ctx: _bound_method(name, ctx.attrs[key])
+
+    return {
+        "Reshape": method("reshape", "shape"),
+        "Transpose": method("transpose", "perm"),
+        "Squeeze": method("squeeze", "axes"),
+        "ExpandDims": lambda ctx: functools.partial(xp.expand_dims, axis=ctx.attrs["axis"]),
+        "ConcatV2": lambda ctx: lambda *xs: xp.concatenate(xs, axis=ctx.attrs["axis"]),
+        "Pack": lambda ctx: lambda *xs: xp.stack(xs, axis=ctx.attrs["axis"]),
+        "Split": split, "Shape": shape,
+    }
+
+
+def _bound_method(name, argument):
+    def call(x):
+        return getattr(x, name)(argument)
+    return call
+
+
+def _random_kernels(xp):
+    def stream(ctx):
+        graph_seed, op_seed = ctx.attrs["seed"]
+        seed = None if graph_seed is None else [graph_seed, op_seed]
+        return ctx.resource(("random", ctx.op), lambda: xp.random.default_rng(seed))
+
+    def normal(ctx):
+        rng, (mean, stddev), shape, dtype = _random_setup(ctx, stream)
+        return lambda: rng.standard_normal(shape, dtype=dtype) * dtype.type(stddev) + \
+            dtype.type(mean)
+
+    def truncated(ctx):
+        rng, (mean, stddev), shape, dtype = _random_setup(ctx, stream)
+
+        def draw():
+            values = rng.standard_normal(shape, dtype=dtype)
+            outside = xp.abs(values) > 2
+            while outside.any():  # redraw the tails until every value is within 2σ
+                values[outside] = rng.standard_normal(int(outside.sum()), dtype=dtype)
+                outside = xp.abs(values) > 2
+            return values * dtype.type(stddev) + dtype.type(mean)
+        return draw
+
+    def uniform(ctx):
+        rng, (low, high), shape, dtype = _random_setup(ctx, stream)
+        return lambda: rng.random(shape, dtype=dtype) * dtype.type(high - low) + \
+            dtype.type(low)
+
+    def uniform_int(ctx):
+        rng, (low, high), shape, dtype = _random_setup(ctx, stream)
+        return lambda: rng.integers(low, high, size=shape, dtype=dtype)
+
+    return {"RandomStandardNormal": normal, "TruncatedNormal": truncated,
+            "RandomUniform": uniform, "RandomUniformInt": uniform_int}
+
+
+def _random_setup(ctx, stream):
+    return stream(ctx), ctx.attrs["params"], ctx.attrs["shape"], ctx.output_dtypes[0]
+
+
+class VariableCell:
+    """A variable's storage in one Session: ``value`` is None until initialised."""
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = None
+
+
+def _state_kernels(xp):
+    def cell_of(ctx, variable_op):
+        return ctx.resource(("variable", variable_op), VariableCell)
+
+    def variable(ctx):
+        cell, op = cell_of(ctx, ctx.op), ctx.op
+
+        def read():
+            if cell.value is None:
+                raise errors.FailedPreconditionError(
+                    None, op, f"Attempting to use uninitialized value {op.name}: run its "
+                    "initializer first (sess.run(tf.global_variables_initializer()))")
+            return cell.value
+        return read
+
+    def assign(ctx):
+        variable_op = ctx.attrs["variable"]
+        cell, dtype = cell_of(ctx, variable_op), ctx.output_dtypes[0]
+
+        def assign_value(value):
+            current = cell.value
+            if current is None or current.shape != xp.shape(value):
+                _check_assign_shape(ctx, variable_op, value)
+                cell.value = xp.array(value, dtype=dtype, copy=True)
+            else:
+                current[...] = value  # in place: the buffer stays where it is
+            return cell.value
+        return assign_value
+
+    def update(ufunc):
+        def make(ctx):
+            variable_op = ctx.attrs["variable"]
+            read = variable(_VariableReadContext(ctx, variable_op))
+
+            def update_in_place(delta):
+                return ufunc(read(), delta, out=cell_of(ctx, variable_op).value)
+            return update_in_place
+        return make
+
+    return {"VariableV2": variable, "Assign": assign,
+            "AssignAdd": update(xp.add), "AssignSub": update(xp.subtract)}
+
+
+def _check_assign_shape(ctx, variable_op, value):
+    static = variable_op.outputs[0].shape
+    if ctx.attrs["validate_shape"] and not static.is_compatible_with(value.shape):
+        raise errors.InvalidArgumentError(
+            None, ctx.op, f"Cannot assign a value of shape {tuple(value.shape)} to "
+            f"variable '{variable_op.name}' of shape {static}")
+
+
+class _VariableReadContext:
+    """A view of ``ctx`` as if the op were the variable itself (for its read)."""
+
+    def __init__(self, ctx, variable_op):
+        self.op = variable_op
+        self.resource = ctx.resource

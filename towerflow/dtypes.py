@@ -1,0 +1,111 @@
+"""Element types, named as in TensorFlow (``tf.float32``) and backed by NumPy.
+
+A :class:`DType` wraps one NumPy dtype; ``as_dtype`` accepts a DType, a NumPy
+dtype or type, or a name::
+
+    tf.as_dtype('float32') is tf.float32        # True
+    tf.float32.as_numpy_dtype                     # numpy.float32
+"""
+
+import numpy as np
+
+
+class DType:
+    """One element type. Instances are unique, so compare with ``is`` or ``==``."""
+
+    __slots__ = ("name", "as_numpy_dtype", "_np")
+
+    def __init__(self, name, numpy_type):
+        self.name = name
+        self.as_numpy_dtype = numpy_type
+        self._np = np.dtype(numpy_type)
+
+    @property
+    def is_floating(self):
+        return self._np.kind == "f"
+
+    @property
+    def is_integer(self):
+        return self._np.kind in "iu"
+
+    @property
+    def is_bool(self):
+        return self._np.kind == "b"
+
+    @property
+    def is_unsigned(self):
+        return self._np.kind == "u"
+
+    @property
+    def size(self):
+        return self._np.itemsize
+
+    @property
+    def base_dtype(self):
+        return self
+
+    @property
+    def min(self):
+        return np.finfo(self._np).min if self.is_floating else np.iinfo(self._np).min
+
+    @property
+    def max(self):
+        return np.finfo(self._np).max if self.is_floating else np.iinfo(self._np).max
+
+    def __repr__(self):
+        return "tf." + self.name
+
+    def __reduce__(self):
+        return as_dtype, (self.name,)
+
+
+float16 = DType("float16", np.float16)
+float32 = DType("float32", np.float32)
+float64 = DType("float64", np.float64)
+int8 = DType("int8", np.int8)
+int16 = DType("int16", np.int16)
+int32 = DType("int32", np.int32)
+int64 = DType("int64", np.int64)
+uint8 = DType("uint8", np.uint8)
+uint16 = DType("uint16", np.uint16)
+bool = DType("bool", np.bool_)  # noqa: A001  (TensorFlow's public name)
+half = float16
+double = float64
+
+_ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, bool)
+_BY_NUMPY = {dtype._np: dtype for dtype in _ALL}
+_BY_NAME = {dtype.name: dtype for dtype in _ALL}
+_BY_NAME.update(half=float16, double=float64, float=float32)
+
+
+def as_dtype(type_value):
+    """Return the :class:`DType` for a DType, NumPy dtype/type or name.
+
+    Example: ``as_dtype(np.float64) is tf.float64``.
+    """
+    if isinstance(type_value, DType):
+        return type_value
+    if isinstance(type_value, str) and type_value in _BY_NAME:
+        return _BY_NAME[type_value]
+    try:
+        return _BY_NUMPY[np.dtype(type_value)]
+    except (TypeError, KeyError):
+        accepted = ", ".join(sorted(_BY_NAME))
+        raise TypeError(
+            f"Cannot convert {type_value!r} to a towerflow dtype; accepted: {accepted}"
+        ) from None
+
+
+def default_for_python_value(value):
+    """The dtype TensorFlow infers for a value: NumPy keeps its own; Python floats
+    become float32 and Python ints int32 (int64 when they do not fit)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return as_dtype(value.dtype)
+    kind = np.asarray(value).dtype.kind
+    if kind == "f":
+        return float32
+    if kind in "iu":
+        array = np.asarray(value)
+        fits = array.size == 0 or (array.min() >= -2**31 and array.max() < 2**31)
+        return int32 if fits else int64
+    return as_dtype(np.asarray(value).dtype)

@@ -1,0 +1,76 @@
+"""The op registry: one :class:`OpDef` per op type, and which device types
+have a kernel for it.
+
+An op is defined once, in the ops module that builds it::
+
+    register_op("MatMul", shape_fn=_matmul_shape)
+
+Backends fill ``register_kernels`` with the kernel names they implement;
+placement asks ``has_kernel`` before putting an op on a GPU.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+_OP_DEFS = {}
+_KERNELS_BY_DEVICE_TYPE = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDef:
+    """What the graph needs to know about one op type.
+
+    - ``shape_fn(inputs, attrs)`` returns one ``(TensorShape, DType)`` per output
+      and raises ValueError/TypeError for inputs the op cannot take;
+    - ``kernel``: the name backends implement it under (default: the op type);
+    - ``gradient``: filled in by the autodiff stage (None: not differentiable);
+    - ``stateful``: reads or writes session state (variables, random streams);
+    - ``aliases_input``: the kernel may return a view of its first input, so a
+      fetched value must be copied if that input aliases state.
+    """
+
+    op_type: str
+    shape_fn: Callable
+    kernel: str
+    stateful: bool = False
+    aliases_input: bool = False
+    gradient: Optional[Callable] = None
+
+
+def register_op(op_type, shape_fn, kernel=None, stateful=False, aliases_input=False):
+    """Define ``op_type``; defining one twice is a programming error."""
+    if op_type in _OP_DEFS:
+        raise KeyError(f"op type {op_type!r} is already registered")
+    op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful, aliases_input)
+    _OP_DEFS[op_type] = op_def
+    return op_def
+
+
+def register_gradient(op_type, gradient_fn):
+    """Attach the gradient function of ``op_type`` (used by the autodiff stage)."""
+    _OP_DEFS[op_type] = dataclasses.replace(get_op_def(op_type), gradient=gradient_fn)
+
+
+def get_op_def(op_type):
+    try:
+        return _OP_DEFS[op_type]
+    except KeyError:
+        raise KeyError(f"no op type {op_type!r} is registered") from None
+
+
+def registered_op_types():
+    return sorted(_OP_DEFS)
+
+
+def register_kernels(device_type, kernel_names):
+    """Record that ``device_type`` ('CPU', 'GPU') has kernels for ``kernel_names``."""
+    _KERNELS_BY_DEVICE_TYPE.setdefault(device_type, set()).update(kernel_names)
+
+
+def has_kernel(device_type, kernel_name):
+    return kernel_name in _KERNELS_BY_DEVICE_TYPE.get(device_type, ())
+
+
+def unregister_kernels(device_type):
+    """Forget every kernel of ``device_type`` (tests that fake a GPU backend)."""
+    _KERNELS_BY_DEVICE_TYPE.pop(device_type, None)

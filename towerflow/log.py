@@ -1,0 +1,34 @@
+"""towerflow's logger: INFO and above to the *current* ``sys.stderr``.
+
+Like TensorFlow's, it has its own handler, so placement logs appear without
+any ``logging`` set-up; ``tf.get_logger()`` returns it for users to adjust.
+"""
+
+import logging
+import sys
+
+
+class _CurrentStderrHandler(logging.StreamHandler):
+    # NOTE: looks sys.stderr up at each record, so redirections made after
+    # import (pytest's capsys, contextlib.redirect_stderr) are honoured.
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+logger = logging.getLogger("towerflow")
+if not logger.handlers:
+    _handler = _CurrentStderrHandler()
+    _handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(_handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def get_logger():
+    """The ``towerflow`` logger: ``tf.get_logger().setLevel('WARNING')``."""
+    return logger

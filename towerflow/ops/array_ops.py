@@ -1,0 +1,233 @@
+"""Ops that rearrange values: identity, reshape, transpose, concat, split,
+stack, expand_dims, squeeze, shape; and the grouping ops no_op / group."""
+
+from .. import dtypes
+from ..graph import core, shapes
+from ..graph.registry import register_op
+from ..graph.shapes import TensorShape
+from .constant_ops import convert_to_tensor
+
+
+def _same_as_input(inputs, attrs):
+    return [(inputs[0].shape, inputs[0].dtype)]
+
+
+register_op("Identity", _same_as_input, aliases_input=True)
+
+
+def identity(input, name=None):
+    """The same value as ``input``, as a new op (useful to pin a copy to a device)."""
+    x = convert_to_tensor(input)
+    return x.graph.create_op("Identity", [x], name=name or "Identity").outputs[0]
+
+
+def _reshape_shape(inputs, attrs):
+    return [(shapes.reshape(inputs[0].shape, attrs["shape"]), inputs[0].dtype)]
+
+
+register_op("Reshape", _reshape_shape, aliases_input=True)
+
+
+def reshape(tensor, shape, name=None):
+    """``tf.reshape(x, [-1, 784])``: same values, new shape (one -1 is inferred)."""
+    x = convert_to_tensor(tensor)
+    target = [int(dim) for dim in shapes.as_shape(shape).as_list()] \
+        if not isinstance(shape, (list, tuple)) else [_static_int(dim) for dim in shape]
+    return x.graph.create_op("Reshape", [x], {"shape": tuple(target)},
+                             name=name or "Reshape").outputs[0]
+
+
+def _static_int(dim):
+    if isinstance(dim, core.Tensor):
+        raise TypeError(f"reshape needs static dimensions (ints), got the tensor {dim.name}")
+    return -1 if dim is None else int(dim)
+
+
+def _transpose_shape(inputs, attrs):
+    return [(shapes.transpose(inputs[0].shape, attrs["perm"]), inputs[0].dtype)]
+
+
+register_op("Transpose", _transpose_shape, aliases_input=True)
+
+
+def transpose(a, perm=None, name=None):
+    """Permute axes; the default reverses them (a matrix transpose for rank 2)."""
+    x = convert_to_tensor(a)
+    if perm is None:
+        if x.shape.ndims is None:
+            raise ValueError("transpose without perm needs a tensor of known rank")
+        perm = tuple(reversed(range(x.shape.ndims)))
+    attrs = {"perm": tuple(int(axis) for axis in perm)}
+    return x.graph.create_op("Transpose", [x], attrs, name=name or "transpose").outputs[0]
+
+
+def _concat_shape(inputs, attrs):
+    _check_one_dtype("concat", inputs)
+    return [(shapes.concat([t.shape for t in inputs], attrs["axis"]), inputs[0].dtype)]
+
+
+def _check_one_dtype(what, inputs):
+    names = {t.dtype.name for t in inputs}
+    if len(names) > 1:
+        raise TypeError(f"{what} inputs must share one dtype, got {sorted(names)}")
+
+
+register_op("ConcatV2", _concat_shape)
+
+
+def concat(values, axis, name="concat"):
+    """Join tensors along ``axis``: ``tf.concat([a, b], 0)``."""
+    tensors = [convert_to_tensor(value) for value in values]
+    if not tensors:
+        raise ValueError("concat needs at least one tensor")
+    (axis,) = shapes.normalize_axes(int(axis), tensors[0].shape.ndims, "concat axis")
+    return tensors[0].graph.create_op("ConcatV2", tensors, {"axis": axis},
+                                      name=name).outputs[0]
+
+
+def _split_shape(inputs, attrs):
+    x, axis, sizes = inputs[0], attrs["axis"], attrs["sizes"]
+    if x.shape.dims is None:
+        return [(shapes.unknown_shape(), x.dtype)] * len(sizes)
+    total = x.shape.dims[axis]
+    if total is not None and sum(sizes) != total:
+        raise ValueError(f"split sizes {list(sizes)} do not add up to dimension {axis} "
+                         f"of shape {x.shape} ({total})")
+    return [(_with_dim(x.shape, axis, size), x.dtype) for size in sizes]
+
+
+def _with_dim(shape, axis, size):
+    dims = list(shape.dims)
+    dims[axis] = size
+    return TensorShape(dims)
+
+
+register_op("Split", _split_shape)
+
+
+def split(value, num_or_size_splits, axis=0, num=None, name="split"):
+    """Split along ``axis`` into equal parts (an int) or parts of given sizes::
+
+        a, b = tf.split(x, 2, axis=1)
+        a, b = tf.split(x, [3, 1], axis=0)
+    """
+    x = convert_to_tensor(value)
+    (axis,) = shapes.normalize_axes(int(axis), x.shape.ndims, "split axis")
+    sizes = _split_sizes(x, num_or_size_splits, axis)
+    attrs = {"axis": axis, "sizes": sizes}
+    return list(x.graph.create_op("Split", [x], attrs, name=name).outputs)
+
+
+def _split_sizes(x, num_or_size_splits, axis):
+    if not isinstance(num_or_size_splits, int):
+        return tuple(int(size) for size in num_or_size_splits)
+    total = x.shape.dims[axis] if x.shape.dims is not None else None
+    if total is None:
+        raise ValueError("split into a number of parts needs the axis size to be known")
+    if num_or_size_splits <= 0 or total % num_or_size_splits:
+        raise ValueError(f"Cannot split dimension {axis} of size {total} into "
+                         f"{num_or_size_splits} equal parts")
+    return (total // num_or_size_splits,) * num_or_size_splits
+
+
+def _stack_shape(inputs, attrs):
+    _check_one_dtype("stack", inputs)
+    shape = inputs[0].shape
+    for tensor in inputs[1:]:
+        shape = shape.merge_with(tensor.shape)
+    if shape.dims is None:
+        return [(shapes.unknown_shape(), inputs[0].dtype)]
+    dims = list(shape.dims)
+    dims.insert(attrs["axis"], len(inputs))
+    return [(TensorShape(dims), inputs[0].dtype)]
+
+
+register_op("Pack", _stack_shape)
+
+
+def stack(values, axis=0, name="stack"):
+    """Stack same-shaped tensors along a new axis: ``tf.stack([a, b])``."""
+    tensors = [convert_to_tensor(value) for value in values]
+    rank = tensors[0].shape.ndims
+    (axis,) = shapes.normalize_axes(int(axis), None if rank is None else rank + 1)
+    return tensors[0].graph.create_op("Pack", tensors, {"axis": axis},
+                                      name=name).outputs[0]
+
+
+def _expand_dims_shape(inputs, attrs):
+    x = inputs[0]
+    if x.shape.dims is None:
+        return [(shapes.unknown_shape(), x.dtype)]
+    dims = list(x.shape.dims)
+    dims.insert(attrs["axis"], 1)
+    return [(TensorShape(dims), x.dtype)]
+
+
+register_op("ExpandDims", _expand_dims_shape, aliases_input=True)
+
+
+def expand_dims(input, axis, name=None):
+    """Insert an axis of size 1 at ``axis`` (negative counts from the end)."""
+    x = convert_to_tensor(input)
+    rank = x.shape.ndims
+    (axis,) = shapes.normalize_axes(int(axis), None if rank is None else rank + 1)
+    return x.graph.create_op("ExpandDims", [x], {"axis": axis},
+                             name=name or "ExpandDims").outputs[0]
+
+
+def _squeeze_shape(inputs, attrs):
+    x, axes = inputs[0], attrs["axes"]
+    if x.shape.dims is None:
+        return [(shapes.unknown_shape(), x.dtype)]
+    for axis in axes:
+        if x.shape.dims[axis] not in (1, None):
+            raise ValueError(f"Cannot squeeze dimension {axis} of shape {x.shape}: "
+                             "it is not 1")
+    keep = [d for i, d in enumerate(x.shape.dims) if i not in axes]
+    return [(TensorShape(keep), x.dtype)]
+
+
+register_op("Squeeze", _squeeze_shape, aliases_input=True)
+
+
+def squeeze(input, axis=None, name=None):
+    """Remove axes of size 1 (all of them, or those in ``axis``)."""
+    x = convert_to_tensor(input)
+    if axis is None:
+        if not x.shape.is_fully_defined():
+            raise ValueError("squeeze without axis needs a fully known shape")
+        axes = tuple(i for i, dim in enumerate(x.shape.dims) if dim == 1)
+    else:
+        axes = shapes.normalize_axes(axis, x.shape.ndims)
+    return x.graph.create_op("Squeeze", [x], {"axes": axes},
+                             name=name or "Squeeze").outputs[0]
+
+
+def _shape_shape(inputs, attrs):
+    rank = inputs[0].shape.ndims
+    return [(TensorShape([rank]), attrs["out_type"])]
+
+
+register_op("Shape", _shape_shape)
+
+
+def shape(input, name=None, out_type=dtypes.int32):
+    """The run-time shape of ``input`` as a 1-D int32 tensor."""
+    x = convert_to_tensor(input)
+    attrs = {"out_type": dtypes.as_dtype(out_type)}
+    return x.graph.create_op("Shape", [x], attrs, name=name or "Shape").outputs[0]
+
+
+register_op("NoOp", lambda inputs, attrs: [])
+
+
+def no_op(name=None):
+    """An op that does nothing; useful as a target for control dependencies."""
+    return core.get_default_graph().create_op("NoOp", [], name=name or "NoOp")
+
+
+def group(*inputs, name=None):
+    """One op that runs all of ``inputs`` (ops, tensors, variables): ``tf.group(a, b)``."""
+    graph = core.get_default_graph()
+    with graph.control_dependencies(list(inputs)):
+        return no_op(name=name or "group_deps")

@@ -1,0 +1,189 @@
+"""Sources of values: constants, placeholders, filled tensors, and the
+conversion of Python/NumPy values (and Variables) to tensors."""
+
+import numpy as np
+
+from .. import dtypes
+from ..graph import core
+from ..graph.registry import register_op
+from ..graph.shapes import TensorShape, as_shape
+
+_conversion_functions = []
+
+
+def register_tensor_conversion_function(base_type, conversion_func):
+    """Let objects of ``base_type`` be used where tensors are expected;
+    ``conversion_func(value, dtype, name)`` returns a Tensor."""
+    _conversion_functions.append((base_type, conversion_func))
+
+
+def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None):
+    """A Tensor from a Tensor, Variable, NumPy array or Python value.
+
+    Example: ``convert_to_tensor([1.0, 2.0])`` adds a float32 Const op.
+    """
+    dtype = dtypes.as_dtype(dtype) if dtype is not None else None
+    if isinstance(value, core.Tensor):
+        if dtype is not None and value.dtype is not dtype:
+            raise TypeError(f"Tensor conversion requested dtype {dtype.name} for Tensor "
+                            f"{value.name} with dtype {value.dtype.name}")
+        return value
+    for base_type, conversion_func in _conversion_functions:
+        if isinstance(value, base_type):
+            return conversion_func(value, dtype, name)
+    if dtype is None and preferred_dtype is not None:
+        try:
+            return constant(value, dtype=preferred_dtype, name=name)
+        except TypeError:
+            pass
+    return constant(value, dtype=dtype, name=name)
+
+
+def _const_shape(inputs, attrs):
+    value = attrs["value"]
+    return [(TensorShape(value.shape), dtypes.as_dtype(value.dtype))]
+
+
+register_op("Const", _const_shape)
+
+
+def constant(value, dtype=None, shape=None, name="Const"):
+    """A constant tensor. ``shape=`` reshapes a list of the right size, or
+    broadcasts a scalar / one-element list to fill it::
+
+        tf.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[2, 3])
+        tf.constant(0.5, shape=[3])     # [0.5, 0.5, 0.5]
+    """
+    array = to_numpy(value, dtype)
+    if shape is not None:
+        array = _fit_to_shape(array, as_shape(shape).as_list())
+    graph = core.get_default_graph()
+    return graph.create_op("Const", [], {"value": array}, name=name).outputs[0]
+
+
+def to_numpy(value, dtype=None):
+    """``value`` as a NumPy array of ``dtype`` (default: TensorFlow's inference);
+    TypeError if the value cannot be represented in that dtype."""
+    target = dtypes.as_dtype(dtype) if dtype is not None else \
+        dtypes.default_for_python_value(value)
+    try:
+        source = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"Cannot convert {value!r} to a tensor: {err}") from None
+    if source.dtype.kind not in "biuf":
+        raise TypeError(f"Cannot convert {value!r} of type {type(value).__name__} to a "
+                        f"tensor of {target.name}: expected numbers or booleans")
+    if source.dtype.kind == "f" and target.is_integer or \
+            source.dtype.kind in "fiu" and target.is_bool and source.size:
+        raise TypeError(f"Expected {target.name}, got {value!r} of dtype {source.dtype}: "
+                        "that would lose information; cast explicitly with tf.cast")
+    return np.array(source, dtype=target.as_numpy_dtype)
+
+
+def _fit_to_shape(array, shape):
+    size = int(np.prod(shape))
+    if array.size == size:
+        return array.reshape(shape)
+    if array.size == 1:
+        return np.full(shape, array.reshape(()), dtype=array.dtype)
+    raise TypeError(f"Cannot make a constant of shape {shape} ({size} elements) from "
+                    f"a value with {array.size} elements; give {size} values or one")
+
+
+def _placeholder_shape(inputs, attrs):
+    return [(attrs["shape"], attrs["dtype"])]
+
+
+register_op("Placeholder", _placeholder_shape)
+
+
+def placeholder(dtype, shape=None, name=None):
+    """A value fed at run time: ``x = tf.placeholder(tf.float32, [None, 784])``
+    then ``sess.run(y, feed_dict={x: batch})``."""
+    attrs = {"dtype": dtypes.as_dtype(dtype), "shape": as_shape(shape)}
+    graph = core.get_default_graph()
+    return graph.create_op("Placeholder", [], attrs, name=name or "Placeholder").outputs[0]
+
+
+def _with_default_shape(inputs, attrs):
+    default = inputs[0]
+    if not attrs["shape"].is_compatible_with(default.shape):
+        raise ValueError(f"Default value of shape {default.shape} does not fit the "
+                         f"placeholder shape {attrs['shape']}")
+    return [(attrs["shape"], default.dtype)]
+
+
+register_op("PlaceholderWithDefault", _with_default_shape, aliases_input=True)
+
+
+def placeholder_with_default(value, shape, name=None):
+    """A placeholder that yields ``value`` when it is not fed."""
+    default = convert_to_tensor(value)
+    graph = core.get_default_graph()
+    attrs = {"shape": as_shape(shape)}
+    return graph.create_op("PlaceholderWithDefault", [default], attrs,
+                           name=name or "PlaceholderWithDefault").outputs[0]
+
+
+def _fill_shape(inputs, attrs):
+    return [(TensorShape(attrs["shape"]), inputs[0].dtype)]
+
+
+register_op("Fill", _fill_shape)
+
+
+def fill(dims, value, name=None):
+    """A tensor of shape ``dims`` holding ``value`` everywhere: ``tf.fill([2, 3], 9)``."""
+    value = convert_to_tensor(value)
+    if value.shape.ndims != 0:
+        raise ValueError(f"fill needs a scalar value, got shape {value.shape}")
+    graph = core.get_default_graph()
+    return graph.create_op("Fill", [value], {"shape": _static_dims(dims, "fill")},
+                           name=name or "Fill").outputs[0]
+
+
+def _static_dims(dims, what):
+    dims = as_shape(dims)
+    if not dims.is_fully_defined():
+        raise ValueError(f"{what} needs a fully known shape, got {dims}")
+    return tuple(dims.dims)
+
+
+def zeros(shape, dtype=dtypes.float32, name=None):
+    """``tf.zeros([2, 3])``: a float32 tensor of zeros."""
+    dtype = dtypes.as_dtype(dtype)
+    return constant(np.zeros(_static_dims(shape, "zeros"), dtype.as_numpy_dtype),
+                    name=name or "zeros")
+
+
+def ones(shape, dtype=dtypes.float32, name=None):
+    """``tf.ones([2, 3])``: a float32 tensor of ones."""
+    dtype = dtypes.as_dtype(dtype)
+    return constant(np.ones(_static_dims(shape, "ones"), dtype.as_numpy_dtype),
+                    name=name or "ones")
+
+
+def _like_shape(inputs, attrs):
+    dtype = attrs.get("dtype") or inputs[0].dtype
+    return [(inputs[0].shape, dtype)]
+
+
+register_op("ZerosLike", _like_shape)
+register_op("OnesLike", _like_shape)
+
+
+def zeros_like(tensor, dtype=None, name=None):
+    """Zeros with the shape (and by default the dtype) of ``tensor``."""
+    return _like("ZerosLike", tensor, dtype, name)
+
+
+def ones_like(tensor, dtype=None, name=None):
+    """Ones with the shape (and by default the dtype) of ``tensor``."""
+    return _like("OnesLike", tensor, dtype, name)
+
+
+def _like(op_type, tensor, dtype, name):
+    tensor = convert_to_tensor(tensor)
+    attrs = {"dtype": dtypes.as_dtype(dtype) if dtype is not None else None}
+    graph = core.get_default_graph()
+    return graph.create_op(op_type, [tensor], attrs, name=name).outputs[0]

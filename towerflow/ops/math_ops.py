@@ -1,0 +1,303 @@
+"""Elementwise arithmetic, comparisons, matmul, reductions, casts and the
+Python operators on tensors (``a + b``, ``a @ b``, ``-a``, ``a < b``)."""
+
+from .. import dtypes
+from ..graph import core, shapes
+from ..graph.registry import register_op
+from .constant_ops import convert_to_tensor
+
+# -- shape rules ---------------------------------------------------------------
+
+
+def _same_as_input(inputs, attrs):
+    return [(inputs[0].shape, inputs[0].dtype)]
+
+
+def _broadcast_same_dtype(inputs, attrs):
+    x, y = inputs
+    return [(shapes.broadcast(x.shape, y.shape), x.dtype)]
+
+
+def _broadcast_to_bool(inputs, attrs):
+    x, y = inputs
+    return [(shapes.broadcast(x.shape, y.shape), dtypes.bool)]
+
+
+def _bool_input(inputs, attrs):
+    for tensor in inputs:
+        if not tensor.dtype.is_bool:
+            raise TypeError(f"expected bool inputs, got {tensor.name} of {tensor.dtype.name}")
+    return [(inputs[0].shape if len(inputs) == 1 else
+             shapes.broadcast(inputs[0].shape, inputs[1].shape), dtypes.bool)]
+
+
+UNARY_OPS = ("Neg", "Abs", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Sign",
+             "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tanh", "Sigmoid")
+BINARY_OPS = ("Add", "Sub", "Mul", "RealDiv", "FloorDiv", "FloorMod", "Pow", "Maximum",
+              "Minimum", "SquaredDifference")
+COMPARISON_OPS = ("Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual")
+
+for _op_type in UNARY_OPS:
+    register_op(_op_type, _same_as_input)
+for _op_type in BINARY_OPS:
+    register_op(_op_type, _broadcast_same_dtype)
+for _op_type in COMPARISON_OPS:
+    register_op(_op_type, _broadcast_to_bool)
+register_op("LogicalNot", _bool_input)
+register_op("LogicalAnd", _bool_input)
+register_op("LogicalOr", _bool_input)
+
+# -- builders --------------------------------------------------------------------
+
+
+def _unary(op_type, x, name):
+    x = convert_to_tensor(x)
+    return x.graph.create_op(op_type, [x], name=name or op_type).outputs[0]
+
+
+def _binary(op_type, x, y, name):
+    x, y = _convert_pair(op_type, x, y)
+    return x.graph.create_op(op_type, [x, y], name=name or op_type).outputs[0]
+
+
+def _convert_pair(op_type, x, y):
+    """Convert both operands; a Python/NumPy operand takes the tensor's dtype.
+    Two tensors of different dtypes are an error, as in TensorFlow."""
+    x_is_tensor = _is_tensor_like(x)
+    y_is_tensor = _is_tensor_like(y)
+    if x_is_tensor:
+        x = convert_to_tensor(x)
+        y = convert_to_tensor(y, dtype=None if y_is_tensor else x.dtype)
+    else:
+        y = convert_to_tensor(y)
+        x = convert_to_tensor(x, dtype=y.dtype if y_is_tensor else None)
+    if x.dtype is not y.dtype:
+        raise TypeError(f"Input 'y' of '{op_type}' Op has type {y.dtype.name} that does "
+                        f"not match type {x.dtype.name} of argument 'x'.")
+    return x, y
+
+
+def _is_tensor_like(value):
+    return isinstance(value, core.Tensor) or hasattr(value, "_as_graph_element")
+
+
+def _unary_builder(op_type, doc_name):
+    def build(x, name=None):
+        return _unary(op_type, x, name)
+    build.__name__ = doc_name
+    build.__doc__ = f"Elementwise {doc_name}: ``tf.{doc_name}(x)`` (op type {op_type})."
+    return build
+
+
+def _binary_builder(op_type, doc_name):
+    def build(x, y, name=None):
+        return _binary(op_type, x, y, name)
+    build.__name__ = doc_name
+    build.__doc__ = f"Elementwise {doc_name} with broadcasting: ``tf.{doc_name}(x, y)``."
+    return build
+
+
+negative = _unary_builder("Neg", "negative")
+abs = _unary_builder("Abs", "abs")  # noqa: A001 (TensorFlow's public name)
+square = _unary_builder("Square", "square")
+sqrt = _unary_builder("Sqrt", "sqrt")
+rsqrt = _unary_builder("Rsqrt", "rsqrt")
+exp = _unary_builder("Exp", "exp")
+log = _unary_builder("Log", "log")
+log1p = _unary_builder("Log1p", "log1p")
+sign = _unary_builder("Sign", "sign")
+reciprocal = _unary_builder("Reciprocal", "reciprocal")
+floor = _unary_builder("Floor", "floor")
+ceil = _unary_builder("Ceil", "ceil")
+round = _unary_builder("Round", "round")  # noqa: A001
+sin = _unary_builder("Sin", "sin")
+cos = _unary_builder("Cos", "cos")
+tanh = _unary_builder("Tanh", "tanh")
+sigmoid = _unary_builder("Sigmoid", "sigmoid")
+logical_not = _unary_builder("LogicalNot", "logical_not")
+
+add = _binary_builder("Add", "add")
+subtract = _binary_builder("Sub", "subtract")
+multiply = _binary_builder("Mul", "multiply")
+floordiv = _binary_builder("FloorDiv", "floordiv")
+floormod = _binary_builder("FloorMod", "floormod")
+pow = _binary_builder("Pow", "pow")  # noqa: A001
+maximum = _binary_builder("Maximum", "maximum")
+minimum = _binary_builder("Minimum", "minimum")
+squared_difference = _binary_builder("SquaredDifference", "squared_difference")
+equal = _binary_builder("Equal", "equal")
+not_equal = _binary_builder("NotEqual", "not_equal")
+less = _binary_builder("Less", "less")
+less_equal = _binary_builder("LessEqual", "less_equal")
+greater = _binary_builder("Greater", "greater")
+greater_equal = _binary_builder("GreaterEqual", "greater_equal")
+logical_and = _binary_builder("LogicalAnd", "logical_and")
+logical_or = _binary_builder("LogicalOr", "logical_or")
+sub, mul, mod = subtract, multiply, floormod
+
+
+def divide(x, y, name=None):
+    """True division ``x / y``; integers are divided as float64, as in TensorFlow."""
+    x, y = _convert_pair("RealDiv", x, y)
+    if not x.dtype.is_floating:
+        x, y = cast(x, dtypes.float64), cast(y, dtypes.float64)
+    return x.graph.create_op("RealDiv", [x, y], name=name or "truediv").outputs[0]
+
+
+truediv = div = divide
+
+# -- matmul ----------------------------------------------------------------------
+
+
+def _matmul_shape(inputs, attrs):
+    a, b = inputs
+    shape = shapes.matmul(a.shape, b.shape, attrs["transpose_a"], attrs["transpose_b"])
+    return [(shape, a.dtype)]
+
+
+register_op("MatMul", _matmul_shape)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
+    """Matrix product of the two last axes (batched over the leading ones)::
+
+        tf.matmul(a, b)                    # [2, 3] @ [3, 2] -> [2, 2]
+        tf.matmul(x, w, transpose_b=True)
+    """
+    a, b = _convert_pair("MatMul", a, b)
+    attrs = {"transpose_a": bool(transpose_a), "transpose_b": bool(transpose_b)}
+    return a.graph.create_op("MatMul", [a, b], attrs, name=name or "MatMul").outputs[0]
+
+# -- reductions ------------------------------------------------------------------
+
+REDUCTION_OPS = ("Sum", "Mean", "Max", "Min", "Prod", "Any", "All")
+
+
+def _reduce_shape(inputs, attrs):
+    x = inputs[0]
+    if attrs["_op"] in ("Any", "All") and not x.dtype.is_bool:
+        raise TypeError(f"reduce_{attrs['_op'].lower()} needs a bool tensor, got "
+                        f"{x.dtype.name}")
+    return [(shapes.reduce(x.shape, attrs["axes"], attrs["keepdims"]), x.dtype)]
+
+
+for _op_type in REDUCTION_OPS:
+    register_op(_op_type, _reduce_shape)
+
+
+def _reducer(op_type, public_name):
+    def reduce(input_tensor, axis=None, keepdims=None, name=None,
+               reduction_indices=None, keep_dims=None):
+        x = convert_to_tensor(input_tensor)
+        if axis is not None and reduction_indices is not None:
+            raise ValueError("Give axis or reduction_indices, not both")
+        axis = reduction_indices if axis is None else axis
+        keepdims = bool(keepdims if keepdims is not None else keep_dims)
+        axes = shapes.normalize_axes(axis, x.shape.ndims)
+        attrs = {"axes": axes, "keepdims": keepdims, "_op": op_type}
+        return x.graph.create_op(op_type, [x], attrs, name=name or op_type).outputs[0]
+    reduce.__name__ = public_name
+    reduce.__doc__ = (f"``tf.{public_name}(x, axis=None, keepdims=False)``; "
+                      "``reduction_indices`` and ``keep_dims`` are accepted aliases.")
+    return reduce
+
+
+reduce_sum = _reducer("Sum", "reduce_sum")
+reduce_mean = _reducer("Mean", "reduce_mean")
+reduce_max = _reducer("Max", "reduce_max")
+reduce_min = _reducer("Min", "reduce_min")
+reduce_prod = _reducer("Prod", "reduce_prod")
+reduce_any = _reducer("Any", "reduce_any")
+reduce_all = _reducer("All", "reduce_all")
+
+# -- casts, argmax, add_n --------------------------------------------------------
+
+
+def _cast_shape(inputs, attrs):
+    return [(inputs[0].shape, attrs["dtype"])]
+
+
+register_op("Cast", _cast_shape)
+
+
+def cast(x, dtype, name=None):
+    """``x`` converted to ``dtype`` (floats to ints truncate toward zero)."""
+    x = convert_to_tensor(x)
+    dtype = dtypes.as_dtype(dtype)
+    return x.graph.create_op("Cast", [x], {"dtype": dtype}, name=name or "Cast").outputs[0]
+
+
+def _arg_shape(inputs, attrs):
+    x = inputs[0]
+    shape = shapes.reduce(x.shape, (attrs["axis"],), keepdims=False)
+    return [(shape, attrs["output_type"])]
+
+
+register_op("ArgMax", _arg_shape)
+register_op("ArgMin", _arg_shape)
+
+
+def _arg_builder(op_type, public_name):
+    def arg(input, axis=None, name=None, dimension=None, output_type=dtypes.int64):
+        x = convert_to_tensor(input)
+        axis = dimension if axis is None else axis
+        axis = 0 if axis is None else axis
+        (axis,) = shapes.normalize_axes(int(axis), x.shape.ndims)
+        attrs = {"axis": axis, "output_type": dtypes.as_dtype(output_type)}
+        return x.graph.create_op(op_type, [x], attrs, name=name or op_type).outputs[0]
+    arg.__name__ = public_name
+    arg.__doc__ = f"Index of the {public_name[3:]} along ``axis``: ``tf.{public_name}(y, 1)``."
+    return arg
+
+
+argmax = _arg_builder("ArgMax", "argmax")
+argmin = _arg_builder("ArgMin", "argmin")
+
+
+def _add_n_shape(inputs, attrs):
+    shape = inputs[0].shape
+    for tensor in inputs[1:]:
+        if tensor.dtype is not inputs[0].dtype:
+            raise TypeError(f"add_n inputs must share one dtype, got "
+                            f"{[t.dtype.name for t in inputs]}")
+        shape = shape.merge_with(tensor.shape)
+    return [(shape, inputs[0].dtype)]
+
+
+register_op("AddN", _add_n_shape)
+
+
+def add_n(inputs, name=None):
+    """The elementwise sum of a list of same-shaped tensors, in list order."""
+    if not inputs:
+        raise ValueError("add_n needs at least one input tensor")
+    tensors = [convert_to_tensor(value) for value in inputs]
+    return tensors[0].graph.create_op("AddN", tensors, name=name or "AddN").outputs[0]
+
+# -- Python operators on tensors -------------------------------------------------
+
+
+def _reverse(fn):
+    return lambda x, y: fn(y, x)
+
+
+_OPERATORS = {
+    "__add__": add, "__radd__": _reverse(add), "__sub__": subtract,
+    "__rsub__": _reverse(subtract), "__mul__": multiply, "__rmul__": _reverse(multiply),
+    "__truediv__": divide, "__rtruediv__": _reverse(divide), "__floordiv__": floordiv,
+    "__rfloordiv__": _reverse(floordiv), "__mod__": floormod, "__rmod__": _reverse(floormod),
+    "__pow__": pow, "__rpow__": _reverse(pow), "__matmul__": matmul,
+    "__rmatmul__": _reverse(matmul), "__lt__": less, "__le__": less_equal,
+    "__gt__": greater, "__ge__": greater_equal, "__and__": logical_and,
+    "__rand__": _reverse(logical_and), "__or__": logical_or, "__ror__": _reverse(logical_or),
+    "__neg__": negative, "__abs__": abs, "__invert__": logical_not,
+}
+
+
+def overload_operators(cls):
+    """Install the Python operators on ``cls`` (Tensor, and Variable)."""
+    for method, fn in _OPERATORS.items():
+        setattr(cls, method, lambda self, *other, _fn=fn: _fn(self, *other))
+
+
+overload_operators(core.Tensor)

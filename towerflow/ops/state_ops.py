@@ -1,0 +1,171 @@
+"""Variables: state that lives in a Session across ``run`` calls.
+
+Each Variable is three ops, as in TensorFlow 1.x: the storage op (``w``), its
+initializer (``w/Assign`` of ``w/initial_value``) and a read (``w/read``), all
+on the storage op's device::
+
+    w = tf.Variable(0.0, name='weight')
+    sess.run(tf.global_variables_initializer())
+    sess.run(w.assign_add(1.0))          # 1.0
+"""
+
+from .. import dtypes
+from ..graph import core
+from ..graph.core import GraphKeys
+from ..graph.registry import register_op
+from ..graph.shapes import as_shape
+from . import array_ops, math_ops
+from .constant_ops import convert_to_tensor, register_tensor_conversion_function
+
+
+def _variable_shape(inputs, attrs):
+    return [(attrs["shape"], attrs["dtype"])]
+
+
+def _assign_shape(inputs, attrs):
+    variable_op, value = attrs["variable"], inputs[0]
+    var_tensor = variable_op.outputs[0]
+    if value.dtype is not var_tensor.dtype:
+        raise TypeError(f"Cannot assign a {value.dtype.name} value to variable "
+                        f"'{variable_op.name}' of {var_tensor.dtype.name}")
+    if attrs["validate_shape"] and not var_tensor.shape.is_compatible_with(value.shape):
+        raise ValueError(f"Cannot assign a value of shape {value.shape} to variable "
+                         f"'{variable_op.name}' of shape {var_tensor.shape}")
+    shape = var_tensor.shape if attrs["validate_shape"] else value.shape
+    return [(shape, var_tensor.dtype)]
+
+
+register_op("VariableV2", _variable_shape, stateful=True)
+register_op("Assign", _assign_shape, stateful=True)
+register_op("AssignAdd", _assign_shape, stateful=True)
+register_op("AssignSub", _assign_shape, stateful=True)
+
+
+class Variable:
+    """A mutable tensor kept by each Session; see the module docstring."""
+
+    def __init__(self, initial_value=None, trainable=True, name=None, dtype=None,
+                 validate_shape=True, collections=None):
+        if initial_value is None:
+            raise ValueError("Variable needs an initial_value (a value, tensor or callable)")
+        graph = core.get_default_graph()
+        with graph.name_scope(name or "Variable") as scope:
+            if callable(initial_value):
+                initial_value = initial_value()
+            self._initial_value = convert_to_tensor(initial_value, dtype=dtype,
+                                                    name="initial_value")
+            shape = self._initial_value.shape if validate_shape else as_shape(None)
+            attrs = {"shape": shape, "dtype": self._initial_value.dtype}
+            self._variable_op = graph.create_op("VariableV2", [], attrs, name=scope)
+            with graph.colocate_with(self._variable_op):
+                self._initializer = self._assign_op("Assign", self._initial_value,
+                                                    validate_shape, "Assign").op
+                self._snapshot = array_ops.identity(self._variable_op.outputs[0], "read")
+        self.trainable = trainable
+        self._register(graph, collections, trainable)
+
+    def _register(self, graph, collections, trainable):
+        if collections is None:
+            collections = [GraphKeys.GLOBAL_VARIABLES]
+        if trainable and GraphKeys.TRAINABLE_VARIABLES not in collections:
+            collections = list(collections) + [GraphKeys.TRAINABLE_VARIABLES]
+        for key in collections:
+            graph.add_to_collection(key, self)
+
+    def _assign_op(self, op_type, value, validate_shape=True, name=None):
+        graph = self._variable_op.graph
+        value = convert_to_tensor(value, dtype=self.dtype)
+        attrs = {"variable": self._variable_op, "validate_shape": validate_shape}
+        with graph.colocate_with(self._variable_op):
+            return graph.create_op(op_type, [value], attrs, name=name or op_type).outputs[0]
+
+    # -- TensorFlow's Variable API ---------------------------------------------
+
+    name = property(lambda self: self._variable_op.outputs[0].name)
+    op = property(lambda self: self._variable_op)
+    graph = property(lambda self: self._variable_op.graph)
+    device = property(lambda self: self._variable_op.device)
+    dtype = property(lambda self: self._variable_op.outputs[0].dtype)
+    shape = property(lambda self: self._variable_op.outputs[0].shape)
+    initializer = property(lambda self: self._initializer)
+    initial_value = property(lambda self: self._initial_value)
+
+    def get_shape(self):
+        return self.shape
+
+    def value(self):
+        """The tensor that reads this variable (``w/read``)."""
+        return self._snapshot
+
+    read_value = value
+
+    def _as_graph_element(self):
+        return self._snapshot
+
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        """A tensor that sets the variable to ``value`` when run and yields it."""
+        return self._assign_op("Assign", value, True, name)
+
+    def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+        """A tensor that adds ``delta`` in place when run and yields the new value."""
+        return self._assign_op("AssignAdd", delta, True, name)
+
+    def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+        """A tensor that subtracts ``delta`` in place when run and yields the new value."""
+        return self._assign_op("AssignSub", delta, True, name)
+
+    def eval(self, session=None):
+        return self._snapshot.eval(session=session)
+
+    def load(self, value, session=None):
+        """Set the variable to ``value`` in ``session`` without adding ops."""
+        core._session_for(self.graph, session).run(
+            self._initializer, feed_dict={self._initial_value: value})
+
+    def __repr__(self):
+        return (f"<tf.Variable '{self.name}' shape={self.shape} "
+                f"dtype={self.dtype.name}_ref>")
+
+    __hash__ = object.__hash__
+
+
+math_ops.overload_operators(Variable)
+register_tensor_conversion_function(
+    Variable, lambda var, dtype, name: convert_to_tensor(var.value(), dtype=dtype))
+
+
+def global_variables():
+    return core.get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES)
+
+
+def trainable_variables():
+    return core.get_default_graph().get_collection(GraphKeys.TRAINABLE_VARIABLES)
+
+
+def variables_initializer(var_list, name="init"):
+    """One op that initialises every variable of ``var_list``."""
+    return array_ops.group(*[var.initializer for var in var_list], name=name)
+
+
+def global_variables_initializer():
+    """One op that initialises every global variable of the default graph:
+    ``sess.run(tf.global_variables_initializer())``."""
+    return variables_initializer(global_variables())
+
+
+initialize_all_variables = global_variables_initializer
+
+
+def assign(ref, value, validate_shape=True, name=None):
+    return ref._assign_op("Assign", value, validate_shape, name)
+
+
+def assign_add(ref, value, name=None):
+    return ref.assign_add(value, name=name)
+
+
+def assign_sub(ref, value, name=None):
+    return ref.assign_sub(value, name=name)
+
+
+DTYPES = dtypes  # re-exported for the Variable docs' examples

@@ -1,0 +1,266 @@
+"""Stage 5: execution plans.
+
+``Session.run`` compiles, once per (fetches, feed keys) signature, a
+:class:`Plan`: the subgraph the fetches need (pruned at fed tensors), in
+topological order, each op bound to its device's kernel, with a real copy
+step wherever a value crosses devices. Running a plan is a flat loop over
+prebuilt closures on a list of value slots: no graph walking, no name
+lookups, no shape inference.
+"""
+
+import numpy as np
+
+from . import errors
+from .backends import KernelContext
+from .graph.core import Operation
+
+
+class Plan:
+    """A compiled subgraph; ``run(feed_values)`` returns the fetched values."""
+
+    def __init__(self, targets, feeds, placer, runtime_of, resource):
+        """``targets``: Tensors and Operations to fetch or run; ``feeds``: the fed
+        Tensors in the order their values will be given; ``placer``: a
+        placement.Placer; ``runtime_of(device)``: the backend runtime of a
+        logical device; ``resource(key, factory)``: per-Session state."""
+        self._placer = placer
+        self._runtime_of = runtime_of
+        self._resource = resource
+        self._slots = {}          # (tensor, device) -> slot index
+        self._initial = []        # slot values known at compile time (constants)
+        self._aliases_state = set()
+        self._steps = []
+        self._step_ops = {}
+        ops = _needed_ops(targets, feeds)
+        self.ops = ops
+        self._feed_slots, self._feed_converters = self._bind_feeds(feeds)
+        for op in ops:
+            self._bind_op(op)
+        self._fetchers = [self._fetcher(target) for target in targets]
+
+    # -- running -------------------------------------------------------------------
+
+    def run(self, feed_values):
+        slots = self._initial.copy()
+        for slot, convert, value in zip(self._feed_slots, self._feed_converters, feed_values):
+            slots[slot] = convert(value)
+        step = None
+        try:
+            for step in self._steps:
+                step(slots)
+        except errors.OpError:
+            raise
+        except Exception as err:  # a kernel failed: say which op, keep the cause
+            op = self._step_ops.get(step)
+            name = op.name if op is not None else "?"
+            raise errors.InvalidArgumentError(
+                None, op, f"{type(err).__name__} in op '{name}': {err}") from err
+        return [fetch(slots) for fetch in self._fetchers]
+
+    # -- compiling -----------------------------------------------------------------
+
+    def _new_slot(self, value=None):
+        self._initial.append(value)
+        return len(self._initial) - 1
+
+    def _bind_feeds(self, feeds):
+        slots, converters = [], []
+        for tensor in feeds:
+            device = self._placer.place(tensor.op)
+            slot = self._new_slot()
+            self._slots[(tensor, device)] = slot
+            slots.append(slot)
+            converters.append(_feed_converter(tensor, self._runtime_of(device)))
+        return slots, converters
+
+    def _bind_op(self, op):
+        device = self._placer.place(op)
+        runtime = self._runtime_of(device)
+        in_slots = [self._slot_on(tensor, device) for tensor in op.inputs]
+        out_slots = [self._output_slot(tensor, device) for tensor in op.outputs]
+        kernel = self._make_kernel(op, runtime)
+        self._track_state_aliases(op, in_slots, out_slots)
+        if op.type == "Const":
+            self._initial[out_slots[0]] = kernel()  # folded: made once, reused every run
+            return
+        self._add_step(_make_step(kernel, in_slots, out_slots), op)
+
+    def _output_slot(self, tensor, device):
+        slot = self._new_slot()
+        # NOTE: a fed output keeps its fed value; the op's own result for it
+        # (the op runs for its other outputs) goes to a scratch slot.
+        self._slots.setdefault((tensor, device), slot)
+        return slot
+
+    def _make_kernel(self, op, runtime):
+        make = runtime.kernels.get(op.op_def.kernel)
+        if make is None:
+            raise errors.UnimplementedError(
+                None, op, f"No {runtime.name} kernel for op '{op.name}' of type {op.type}")
+        ctx = KernelContext(op=op, attrs=op.attrs,
+                            output_dtypes=[t.dtype.as_numpy_dtype().dtype for t in op.outputs],
+                            device=runtime, resource=self._resource)
+        return make(ctx)
+
+    def _slot_on(self, tensor, device):
+        """The slot holding ``tensor`` on ``device``, adding a copy step if it
+        is produced elsewhere."""
+        slot = self._slots.get((tensor, device))
+        if slot is not None:
+            return slot
+        source_device = self._placer.place(tensor.op)
+        source = self._slots[(tensor, source_device)]
+        target = self._new_slot()
+        self._slots[(tensor, device)] = target
+        copy = _copy_step(self._runtime_of(device), self._runtime_of(source_device),
+                          source, target)
+        if self._initial[source] is not None:
+            copy(self._initial)  # a constant: copy it once, at compile time
+        else:
+            self._add_step(copy, tensor.op)
+        return target
+
+    def _track_state_aliases(self, op, in_slots, out_slots):
+        """Remember which slots may share memory with Session state or with
+        folded constants, so fetching them returns a copy."""
+        if op.op_def.stateful and op.type.startswith(("Variable", "Assign")) or \
+                op.type == "Const":
+            self._aliases_state.update(out_slots)
+        elif op.op_def.aliases_input and in_slots and in_slots[0] in self._aliases_state:
+            self._aliases_state.update(out_slots)
+
+    def _add_step(self, step, op):
+        self._steps.append(step)
+        self._step_ops[step] = op
+
+    def _fetcher(self, target):
+        if isinstance(target, Operation):  # run it, fetch None
+            return _fetch_none
+        device = self._placer.place(target.op)
+        slot = self._slots[(target, device)]
+        runtime = self._runtime_of(device)
+        copy = slot in self._aliases_state
+        return _fetch_value(slot, runtime, copy, target.shape.ndims == 0)
+
+
+def _needed_ops(targets, feeds):
+    """The ops the targets depend on (data and control edges), stopping at fed
+    tensors, in creation order (a topological order: inputs exist before users)."""
+    fed = set(feeds)
+    needed = set()
+    stack = [target if isinstance(target, Operation) else target.op
+             for target in targets if target not in fed]
+    while stack:
+        op = stack.pop()
+        if op in needed:
+            continue
+        needed.add(op)
+        stack.extend(tensor.op for tensor in op.inputs if tensor not in fed)
+        stack.extend(op.control_inputs)
+    unfed = sorted((op for op in needed if op.type == "Placeholder"), key=lambda op: op._id)
+    if unfed:
+        raise errors.InvalidArgumentError(None, unfed[0], _unfed_message(unfed[0]))
+    return sorted(needed, key=lambda op: op._id)
+
+
+def _unfed_message(op):
+    tensor = op.outputs[0]
+    shape = tensor.shape
+    dims = "<unknown>" if shape.dims is None else \
+        "[" + ",".join("?" if d is None else str(d) for d in shape.dims) + "]"
+    return (f"You must feed a value for placeholder tensor '{op.name}' with dtype "
+            f"{tensor.dtype.name} and shape {dims}")
+
+
+def _feed_converter(tensor, runtime):
+    """A function that checks a fed value against ``tensor``'s dtype and static
+    shape and puts it on the tensor's device."""
+    dtype = tensor.dtype.as_numpy_dtype().dtype
+    dims = tensor.shape.dims
+    known = None if dims is None else [(i, d) for i, d in enumerate(dims) if d is not None]
+    rank = None if dims is None else len(dims)
+    to_device = runtime.to_device
+
+    def convert(value):
+        array = value if type(value) is np.ndarray and value.dtype == dtype else \
+            _coerce_feed(value, dtype, tensor)
+        if rank is not None and (array.ndim != rank or
+                                 any(array.shape[i] != d for i, d in known)):
+            raise errors.InvalidArgumentError(
+                None, tensor.op, f"Cannot feed value of shape {array.shape} for Tensor "
+                f"'{tensor.name}', which has shape '{tensor.shape}'")
+        return to_device(array)
+    return convert
+
+
+def _coerce_feed(value, dtype, tensor):
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise errors.InvalidArgumentError(
+            None, tensor.op, f"Cannot feed {value!r} to Tensor '{tensor.name}': {err}") from None
+    if array.dtype == dtype:
+        return array
+    castable = array.dtype.kind in "biuf" and (
+        np.can_cast(array.dtype, dtype, "same_kind") or array.dtype.kind in "iu" and
+        dtype.kind == "f" or array.dtype == np.float64 and dtype.kind == "f")
+    if not castable:
+        raise errors.InvalidArgumentError(
+            None, tensor.op, f"Cannot feed value of dtype {array.dtype} to Tensor "
+            f"'{tensor.name}' of dtype {tensor.dtype.name}: not castable without losing "
+            "information (cast the value first)")
+    return array.astype(dtype)
+
+
+def _make_step(kernel, in_slots, out_slots):
+    """A closure running ``kernel`` on the slots; specialised by arity because
+    this is the innermost loop of every ``Session.run``."""
+    if len(out_slots) == 1:
+        out = out_slots[0]
+        if not in_slots:
+            def step(slots):
+                slots[out] = kernel()
+        elif len(in_slots) == 1:
+            (a,) = in_slots
+
+            def step(slots):
+                slots[out] = kernel(slots[a])
+        elif len(in_slots) == 2:
+            a, b = in_slots
+
+            def step(slots):
+                slots[out] = kernel(slots[a], slots[b])
+        else:
+            def step(slots):
+                slots[out] = kernel(*[slots[i] for i in in_slots])
+        return step
+    if not out_slots:
+        def step(slots):
+            kernel(*[slots[i] for i in in_slots])
+        return step
+
+    def step(slots):
+        for slot, value in zip(out_slots, kernel(*[slots[i] for i in in_slots])):
+            slots[slot] = value
+    return step
+
+
+def _copy_step(target_runtime, source_runtime, source, target):
+    copy_from = target_runtime.copy_from
+
+    def step(slots):
+        slots[target] = copy_from(slots[source], source_runtime)
+    return step
+
+
+def _fetch_none(slots):
+    return None
+
+
+def _fetch_value(slot, runtime, copy, is_scalar):
+    to_host = runtime.to_host
+    if is_scalar:  # NumPy scalars are immutable: no copy needed
+        return lambda slots: to_host(slots[slot])[()]
+    if copy:
+        return lambda slots: np.array(to_host(slots[slot]), copy=True)
+    return lambda slots: to_host(slots[slot])

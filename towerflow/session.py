@@ -1,0 +1,196 @@
+"""Sessions: run fetches of a graph on the configured devices.
+
+::
+
+    with tf.Session(config=tf.ConfigProto(log_device_placement=True)) as sess:
+        print(sess.run(c))                       # [[22. 28.] [49. 64.]]
+        sess.run([a, {"c": c}], feed_dict={x: batch})
+"""
+
+import contextlib
+
+from . import backends, errors
+from .device import runtime
+from .graph import core
+from .log import logger
+from .placement import Placer, log_lines
+from .plan import Plan
+from .session_fetch import FetchMapper, structure_key
+
+
+class GPUOptions:
+    """TensorFlow's GPU options; ``visible_device_list`` picks GPUs by index."""
+
+    def __init__(self, allow_growth=False, per_process_gpu_memory_fraction=0.0,
+                 visible_device_list=""):
+        self.allow_growth = allow_growth
+        self.per_process_gpu_memory_fraction = per_process_gpu_memory_fraction
+        self.visible_device_list = visible_device_list
+
+
+class ConfigProto:
+    """Session options: ``tf.ConfigProto(log_device_placement=True,
+    allow_soft_placement=True, device_count={'GPU': 0})``."""
+
+    def __init__(self, log_device_placement=False, allow_soft_placement=False,
+                 device_count=None, gpu_options=None, intra_op_parallelism_threads=0,
+                 inter_op_parallelism_threads=0):
+        self.log_device_placement = log_device_placement
+        self.allow_soft_placement = allow_soft_placement
+        self.device_count = dict(device_count or {})
+        self.gpu_options = gpu_options or GPUOptions()
+        self.intra_op_parallelism_threads = intra_op_parallelism_threads
+        self.inter_op_parallelism_threads = inter_op_parallelism_threads
+
+
+_default_session_stack = []
+
+
+def get_default_session():
+    """The innermost session entered with ``with sess:`` / ``sess.as_default()``."""
+    return _default_session_stack[-1] if _default_session_stack else None
+
+
+core.set_default_session_lookup(get_default_session)
+
+
+class Session:
+    """Runs a graph. Each Session keeps its own variable values and random
+    streams; plans are compiled once per (fetches, feed keys) and reused."""
+
+    def __init__(self, target="", graph=None, config=None):
+        if target:
+            raise errors.UnimplementedError(
+                None, None, f"Session target {target!r}: only in-process sessions ('') "
+                "exist; use towerflow's launcher for several processes")
+        self.graph = graph if graph is not None else core.get_default_graph()
+        self._config = config if config is not None else ConfigProto()
+        self._devices = _session_devices(self._config)
+        self._placer = Placer(self._devices, self._config.allow_soft_placement)
+        self._runtimes = {}
+        self._state = {}
+        self._plans = {}
+        self._logged = set()
+        self._closed = False
+        self._context_stack = []
+        if self._config.log_device_placement:
+            for line in runtime.device_mapping_lines():
+                logger.info(line)
+
+    # -- running --------------------------------------------------------------------
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Evaluate ``fetches`` (a tensor, op, variable, name, or any nesting of
+        lists, tuples, dicts of them) and return values in the same structure."""
+        if self._closed:
+            raise RuntimeError("Attempted to use a closed Session.")
+        feed_keys = tuple(feed_dict) if feed_dict else ()
+        try:
+            key = (structure_key(fetches), feed_keys)
+            plan, mapper = self._plans[key]
+        except (KeyError, TypeError):
+            plan, mapper = self._compile(fetches, feed_dict or {})
+        values = plan.run(feed_dict.values() if feed_dict else ())
+        return mapper.build(values)
+
+    def _compile(self, fetches, feed_dict):
+        mapper = FetchMapper(self.graph, fetches)
+        feeds = [self._feed_tensor(key) for key in feed_dict]
+        plan = Plan(mapper.targets, feeds, self._placer, self._runtime_of, self._resource)
+        self._log_new_placements(plan)
+        try:
+            self._plans[(structure_key(fetches), tuple(feed_dict))] = (plan, mapper)
+        except TypeError:
+            pass  # unhashable fetch structure: compiled again on each run
+        return plan, mapper
+
+    def _feed_tensor(self, key):
+        try:
+            element = self.graph.as_graph_element(key, allow_operation=False)
+        except (KeyError, ValueError, TypeError) as err:
+            raise errors.InvalidArgumentError(
+                None, None, f"Cannot interpret feed_dict key {key!r} as a Tensor of "
+                f"this graph: {err}") from None
+        return element
+
+    def _runtime_of(self, device):
+        device_runtime = self._runtimes.get(device)
+        if device_runtime is None:
+            device_runtime = self._runtimes[device] = backends.device_runtime(device)
+        return device_runtime
+
+    def _resource(self, key, factory):
+        value = self._state.get(key)
+        if value is None:
+            value = self._state[key] = factory()
+        return value
+
+    def _log_new_placements(self, plan):
+        if not self._config.log_device_placement:
+            return
+        new = [(op, self._placer.place(op)) for op in plan.ops if op not in self._logged]
+        self._logged.update(op for op, _ in new)
+        for line in log_lines(new):
+            logger.info(line)
+
+    # -- lifetime and defaults ------------------------------------------------------
+
+    def list_devices(self):
+        """The logical devices this session places ops on."""
+        return list(self._devices)
+
+    def close(self):
+        self._closed = True
+        self._plans.clear()
+        self._state.clear()
+
+    @contextlib.contextmanager
+    def as_default(self):
+        """Make this the default session (for ``Tensor.eval`` / ``Operation.run``)."""
+        _default_session_stack.append(self)
+        try:
+            yield self
+        finally:
+            _default_session_stack.remove(self)
+
+    def __enter__(self):
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.graph.as_default())
+        stack.enter_context(self.as_default())
+        self._context_stack.append(stack)
+        return self
+
+    def __exit__(self, *exc_info):
+        self._context_stack.pop().close()
+        self.close()
+
+
+class InteractiveSession(Session):
+    """A Session that installs itself as the default session until closed."""
+
+    def __init__(self, target="", graph=None, config=None):
+        super().__init__(target, graph, config)
+        _default_session_stack.append(self)
+
+    def close(self):
+        if self in _default_session_stack:
+            _default_session_stack.remove(self)
+        super().close()
+
+
+def _session_devices(config):
+    """The logical devices, limited by ``device_count`` ({'GPU': 0} hides GPUs)."""
+    devices = runtime.logical_devices()
+    limits = {kind.upper(): int(count) for kind, count in config.device_count.items()}
+    for kind, count in limits.items():
+        if kind not in ("CPU", "GPU") or count < 0:
+            raise ValueError(f"device_count {config.device_count!r}: keys must be 'CPU' "
+                             "or 'GPU' and counts >= 0")
+    kept = []
+    for device in devices:
+        limit = limits.get(device.device_type)
+        if limit is None or device.index < limit:
+            kept.append(device)
+    if not any(device.device_type == "CPU" for device in kept):
+        raise ValueError("device_count must leave at least one CPU")
+    return kept

@@ -1,0 +1,73 @@
+"""Fetch structures for ``Session.run``: flatten any nesting of lists,
+tuples, namedtuples and dicts of fetchable elements to a flat target list,
+and rebuild the same nesting from the flat values."""
+
+from . import errors
+from .graph.core import Operation, Tensor
+
+
+def structure_key(fetches):
+    """A hashable key naming the structure and elements of ``fetches``
+    (TypeError if an element is unhashable)."""
+    if isinstance(fetches, Tensor):
+        return fetches
+    kind = type(fetches)
+    if kind is list or kind is tuple:
+        return kind, tuple([structure_key(item) for item in fetches])
+    if isinstance(fetches, dict):
+        return dict, tuple([(key, structure_key(value)) for key, value in fetches.items()])
+    return fetches
+
+
+class FetchMapper:
+    """``targets``: the flat list of Tensors/Operations to evaluate;
+    ``build(values)``: the user's structure with values in place."""
+
+    def __init__(self, graph, fetches):
+        self._graph = graph
+        self.targets = []
+        self.build = self._builder(fetches)
+
+    def _builder(self, fetches):
+        if isinstance(fetches, (list, tuple)) and not _is_namedtuple(fetches):
+            children = [self._builder(item) for item in fetches]
+            if all(getattr(child, "leaf", False) for child in children):
+                indices = [child.index for child in children]
+                if type(fetches) is list:
+                    return lambda values: [values[i] for i in indices]
+                return lambda values: type(fetches)(values[i] for i in indices)
+            return lambda values: type(fetches)(child(values) for child in children)
+        if _is_namedtuple(fetches):
+            children = [self._builder(item) for item in fetches]
+            return lambda values: type(fetches)(*[child(values) for child in children])
+        if isinstance(fetches, dict):
+            children = {key: self._builder(value) for key, value in fetches.items()}
+            return lambda values: type(fetches)(
+                (key, child(values)) for key, child in children.items())
+        return self._leaf(fetches)
+
+    def _leaf(self, element):
+        index = len(self.targets)
+        self.targets.append(self._resolve(element))
+
+        def pick(values):
+            return values[index]
+        pick.leaf, pick.index = True, index
+        return pick
+
+    def _resolve(self, element):
+        if not isinstance(element, (Tensor, Operation, str)) and \
+                not hasattr(element, "_as_graph_element"):
+            raise TypeError(f"Fetch argument {element!r} has invalid type "
+                            f"{type(element)}: must be a Tensor, Operation, Variable, a "
+                            "name such as 'MatMul:0', or a list/tuple/dict of those.")
+        try:
+            return self._graph.as_graph_element(element)
+        except (KeyError, ValueError) as err:
+            message = str(err).strip('"')
+            raise errors.InvalidArgumentError(
+                None, None, f"Cannot fetch {element!r}: {message}") from None
+
+
+def _is_namedtuple(value):
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
