@@ -69,6 +69,7 @@ class Plan:
             device = self._placer.place(tensor.op)
             slot = self._new_slot()
             self._slots[(tensor, device)] = slot
+            self._aliases_state.add(slot)  # the caller's array: fetch a copy
             slots.append(slot)
             converters.append(_feed_converter(tensor, self._runtime_of(device)))
         return slots, converters

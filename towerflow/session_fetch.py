@@ -11,11 +11,13 @@ def structure_key(fetches):
     (TypeError if an element is unhashable)."""
     if isinstance(fetches, Tensor):
         return fetches
+    # NOTE: the exact type is part of the key: a namedtuple equals a plain tuple
+    # (and an OrderedDict a dict) of the same items, yet must be rebuilt as itself.
     kind = type(fetches)
-    if kind is list or kind is tuple:
+    if kind is list or kind is tuple or _is_namedtuple(fetches):
         return kind, tuple([structure_key(item) for item in fetches])
     if isinstance(fetches, dict):
-        return dict, tuple([(key, structure_key(value)) for key, value in fetches.items()])
+        return kind, tuple([(key, structure_key(value)) for key, value in fetches.items()])
     return fetches
 
 

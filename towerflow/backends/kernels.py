@@ -8,6 +8,9 @@ up in it. A kernel returns one array, a tuple (several outputs) or None.
 """
 
 import functools
+import itertools
+
+import numpy as np
 
 from .. import errors
 
@@ -76,7 +79,7 @@ def _elementwise_kernels(xp):
         "Reciprocal": xp.reciprocal, "Floor": xp.floor, "Ceil": xp.ceil, "Round": xp.round,
         "Sin": xp.sin, "Cos": xp.cos, "Tanh": xp.tanh, "Sigmoid": sigmoid,
         "Add": xp.add, "Sub": xp.subtract, "Mul": xp.multiply, "RealDiv": xp.true_divide,
-        "FloorDiv": xp.floor_divide, "FloorMod": xp.mod, "Pow": xp.power,
+        "FloorMod": xp.mod, "Pow": xp.power,
         "Maximum": xp.maximum, "Minimum": xp.minimum,
         "SquaredDifference": squared_difference,
         "Equal": xp.equal, "NotEqual": xp.not_equal, "Less": xp.less,
@@ -88,7 +91,16 @@ def _elementwise_kernels(xp):
     table["MatMul"] = lambda ctx: _matmul_kernel(xp, ctx.attrs)
     table["Cast"] = lambda ctx: functools.partial(_cast, dtype=ctx.output_dtypes[0])
     table["AddN"] = _fixed(_add_n)
+    table["FloorDiv"] = lambda ctx: _floor_div_kernel(xp, ctx.output_dtypes[0])
     return table
+
+
+def _floor_div_kernel(xp, dtype):
+    if dtype.kind != "f":
+        return xp.floor_divide
+    # NOTE: TensorFlow floors the rounded quotient: floordiv(1.0, 0.1) is 10.0,
+    # where NumPy's floor_divide (like Python's //) gives 9.0.
+    return lambda x, y: xp.floor(xp.true_divide(x, y))
 
 
 def _matmul_kernel(xp, attrs):
@@ -150,8 +162,11 @@ def _reduction_kernels(xp):
 def _array_kernels(xp):
     def split(ctx):
         sizes, axis = ctx.attrs["sizes"], ctx.attrs["axis"]
-        cuts = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
-        return lambda x: tuple(xp.split(x, cuts, axis=axis))
+        if ctx.op.inputs[0].shape[axis] is not None:  # sizes checked when built
+            cuts = _split_cuts(sizes)
+            return lambda x: tuple(xp.split(x, cuts, axis=axis))
+        return lambda x: tuple(xp.split(x, _split_cuts(_split_sizes(sizes, x.shape[axis])),
+                                        axis=axis))
 
     def shape(ctx):
         dtype = ctx.output_dtypes[0]
@@ -172,6 +187,21 @@ def _array_kernels(xp):
     }
 
 
+def _split_cuts(sizes):
+    return list(itertools.accumulate(sizes))[:-1]
+
+
+def _split_sizes(sizes, total):
+    """``sizes`` with a -1 inferred; ValueError if they do not split ``total``."""
+    known = sum(size for size in sizes if size != -1)
+    if -1 in sizes and known <= total:
+        sizes = [total - known if size == -1 else size for size in sizes]
+    if sum(sizes) != total:
+        raise ValueError(f"split sizes {list(sizes)} do not add up to the dimension "
+                         f"being split ({total})")
+    return sizes
+
+
 def _bound_method(name, argument):
     def call(x):
         return getattr(x, name)(argument)
@@ -186,25 +216,28 @@ def _random_kernels(xp):
 
     def normal(ctx):
         rng, (mean, stddev), shape, dtype = _random_setup(ctx, stream)
-        return lambda: rng.standard_normal(shape, dtype=dtype) * dtype.type(stddev) + \
-            dtype.type(mean)
+        draw_dtype = _generator_dtype(dtype)
+        return lambda: (rng.standard_normal(shape, dtype=draw_dtype) * stddev + mean) \
+            .astype(dtype, copy=False)
 
     def truncated(ctx):
         rng, (mean, stddev), shape, dtype = _random_setup(ctx, stream)
+        draw_dtype = _generator_dtype(dtype)
 
         def draw():
-            values = rng.standard_normal(shape, dtype=dtype)
+            values = rng.standard_normal(shape, dtype=draw_dtype)
             outside = xp.abs(values) > 2
             while outside.any():  # redraw the tails until every value is within 2σ
-                values[outside] = rng.standard_normal(int(outside.sum()), dtype=dtype)
+                values[outside] = rng.standard_normal(int(outside.sum()), dtype=draw_dtype)
                 outside = xp.abs(values) > 2
-            return values * dtype.type(stddev) + dtype.type(mean)
+            return (values * stddev + mean).astype(dtype, copy=False)
         return draw
 
     def uniform(ctx):
         rng, (low, high), shape, dtype = _random_setup(ctx, stream)
-        return lambda: rng.random(shape, dtype=dtype) * dtype.type(high - low) + \
-            dtype.type(low)
+        draw_dtype = _generator_dtype(dtype)
+        return lambda: (rng.random(shape, dtype=draw_dtype) * (high - low) + low) \
+            .astype(dtype, copy=False)
 
     def uniform_int(ctx):
         rng, (low, high), shape, dtype = _random_setup(ctx, stream)
@@ -212,6 +245,11 @@ def _random_kernels(xp):
 
     return {"RandomStandardNormal": normal, "TruncatedNormal": truncated,
             "RandomUniform": uniform, "RandomUniformInt": uniform_int}
+
+
+def _generator_dtype(dtype):
+    """Generators draw float32 or float64 only; float16 is drawn as float32 and cast."""
+    return dtype if dtype.itemsize >= 4 else np.dtype(np.float32)
 
 
 def _random_setup(ctx, stream):

@@ -195,6 +195,14 @@ class Graph:
         """Request a device for ops created inside (merged field by field with
         enclosing scopes, the inner one winning; None clears the scope).
         A function receives each new op and returns its device string."""
+        # NOTE: parsed on entry, as TensorFlow does, so a bad device string fails
+        # at the `with` line even when no op is built inside.
+        if isinstance(device_name_or_function, str):
+            device_name_or_function = DeviceSpec.from_string(device_name_or_function)
+        elif not (device_name_or_function is None or callable(device_name_or_function)
+                  or isinstance(device_name_or_function, DeviceSpec)):
+            raise TypeError(f"tf.device takes a device string, a DeviceSpec, a function "
+                            f"or None; got {device_name_or_function!r}")
         self._device_stack.append(device_name_or_function)
         try:
             yield

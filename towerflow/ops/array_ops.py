@@ -93,7 +93,8 @@ def _split_shape(inputs, attrs):
     if total is not None and sum(sizes) != total:
         raise ValueError(f"split sizes {list(sizes)} do not add up to dimension {axis} "
                          f"of shape {x.shape} ({total})")
-    return [(_with_dim(x.shape, axis, size), x.dtype) for size in sizes]
+    return [(_with_dim(x.shape, axis, None if size == -1 else size), x.dtype)
+            for size in sizes]
 
 
 def _with_dim(shape, axis, size):
@@ -102,14 +103,17 @@ def _with_dim(shape, axis, size):
     return TensorShape(dims)
 
 
-register_op("Split", _split_shape)
+# NOTE: the pieces are views of the input: fetching one must copy it when
+# the input is a variable's or a constant's buffer.
+register_op("Split", _split_shape, aliases_input=True)
 
 
 def split(value, num_or_size_splits, axis=0, num=None, name="split"):
-    """Split along ``axis`` into equal parts (an int) or parts of given sizes::
+    """Split along ``axis`` into equal parts (an int) or parts of given sizes,
+    one of which may be -1 (the rest)::
 
         a, b = tf.split(x, 2, axis=1)
-        a, b = tf.split(x, [3, 1], axis=0)
+        a, b = tf.split(x, [3, -1], axis=0)
     """
     x = convert_to_tensor(value)
     (axis,) = shapes.normalize_axes(int(axis), x.shape.ndims, "split axis")
@@ -119,15 +123,27 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
 
 
 def _split_sizes(x, num_or_size_splits, axis):
-    if not isinstance(num_or_size_splits, int):
-        return tuple(int(size) for size in num_or_size_splits)
     total = x.shape.dims[axis] if x.shape.dims is not None else None
+    if not isinstance(num_or_size_splits, int):
+        return _size_list([int(size) for size in num_or_size_splits], total)
     if total is None:
         raise ValueError("split into a number of parts needs the axis size to be known")
     if num_or_size_splits <= 0 or total % num_or_size_splits:
         raise ValueError(f"Cannot split dimension {axis} of size {total} into "
                          f"{num_or_size_splits} equal parts")
     return (total // num_or_size_splits,) * num_or_size_splits
+
+
+def _size_list(sizes, total):
+    """Sizes with their -1 inferred when the dimension is known (kept otherwise:
+    the kernel infers it at run time)."""
+    if sizes.count(-1) > 1 or any(size < -1 for size in sizes):
+        raise ValueError(f"split sizes {sizes} must be >= 0, with at most one -1 "
+                         "(the size inferred from the rest)")
+    rest = None if total is None else total - sum(size for size in sizes if size != -1)
+    if -1 in sizes and rest is not None and rest >= 0:
+        sizes[sizes.index(-1)] = rest
+    return tuple(sizes)
 
 
 def _stack_shape(inputs, attrs):

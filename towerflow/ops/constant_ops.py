@@ -64,15 +64,16 @@ def constant(value, dtype=None, shape=None, name="Const"):
 def to_numpy(value, dtype=None):
     """``value`` as a NumPy array of ``dtype`` (default: TensorFlow's inference);
     TypeError if the value cannot be represented in that dtype."""
-    target = dtypes.as_dtype(dtype) if dtype is not None else \
-        dtypes.default_for_python_value(value)
     try:
         source = np.asarray(value)
     except (TypeError, ValueError) as err:
         raise TypeError(f"Cannot convert {value!r} to a tensor: {err}") from None
+    # NOTE: checked before inferring a dtype, whose error would not name the value.
     if source.dtype.kind not in "biuf":
         raise TypeError(f"Cannot convert {value!r} of type {type(value).__name__} to a "
-                        f"tensor of {target.name}: expected numbers or booleans")
+                        "tensor: expected numbers or booleans")
+    target = dtypes.as_dtype(dtype) if dtype is not None else \
+        dtypes.default_for_python_value(value)
     if source.dtype.kind == "f" and target.is_integer or \
             source.dtype.kind in "fiu" and target.is_bool and source.size:
         raise TypeError(f"Expected {target.name}, got {value!r} of dtype {source.dtype}: "

@@ -65,12 +65,16 @@ def _convert_pair(op_type, x, y):
     Two tensors of different dtypes are an error, as in TensorFlow."""
     x_is_tensor = _is_tensor_like(x)
     y_is_tensor = _is_tensor_like(y)
+    # NOTE: a Python operand becomes a constant in the tensor's graph, which
+    # need not be the default graph (TensorFlow 1.x does the same).
     if x_is_tensor:
         x = convert_to_tensor(x)
-        y = convert_to_tensor(y, dtype=None if y_is_tensor else x.dtype)
+        with x.graph.as_default():
+            y = convert_to_tensor(y, dtype=None if y_is_tensor else x.dtype)
     else:
         y = convert_to_tensor(y)
-        x = convert_to_tensor(x, dtype=y.dtype if y_is_tensor else None)
+        with y.graph.as_default():
+            x = convert_to_tensor(x, dtype=y.dtype if y_is_tensor else None)
     if x.dtype is not y.dtype:
         raise TypeError(f"Input 'y' of '{op_type}' Op has type {y.dtype.name} that does "
                         f"not match type {x.dtype.name} of argument 'x'.")
@@ -137,10 +141,14 @@ sub, mul, mod = subtract, multiply, floormod
 
 
 def divide(x, y, name=None):
-    """True division ``x / y``; integers are divided as float64, as in TensorFlow."""
+    """True division ``x / y``; integers are divided as floats, as in TensorFlow:
+    8- and 16-bit ones as float32, wider ones as float64 (``tf.constant(7) / 2``)."""
     x, y = _convert_pair("RealDiv", x, y)
+    if x.dtype.is_bool:
+        raise TypeError(f"x / y is not defined for {x.dtype.name} tensors")
     if not x.dtype.is_floating:
-        x, y = cast(x, dtypes.float64), cast(y, dtypes.float64)
+        as_float = dtypes.float32 if x.dtype.size <= 2 else dtypes.float64
+        x, y = cast(x, as_float), cast(y, as_float)
     return x.graph.create_op("RealDiv", [x, y], name=name or "truediv").outputs[0]
 
 
@@ -217,7 +225,8 @@ def _cast_shape(inputs, attrs):
     return [(inputs[0].shape, attrs["dtype"])]
 
 
-register_op("Cast", _cast_shape)
+# NOTE: a cast to the input's own dtype returns the input itself.
+register_op("Cast", _cast_shape, aliases_input=True)
 
 
 def cast(x, dtype, name=None):
@@ -264,7 +273,7 @@ def _add_n_shape(inputs, attrs):
     return [(shape, inputs[0].dtype)]
 
 
-register_op("AddN", _add_n_shape)
+register_op("AddN", _add_n_shape, aliases_input=True)  # one input: returned as is
 
 
 def add_n(inputs, name=None):

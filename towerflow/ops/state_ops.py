@@ -9,7 +9,6 @@ on the storage op's device::
     sess.run(w.assign_add(1.0))          # 1.0
 """
 
-from .. import dtypes
 from ..graph import core
 from ..graph.core import GraphKeys
 from ..graph.registry import register_op
@@ -167,5 +166,3 @@ def assign_add(ref, value, name=None):
 def assign_sub(ref, value, name=None):
     return ref.assign_sub(value, name=name)
 
-
-DTYPES = dtypes  # re-exported for the Variable docs' examples
