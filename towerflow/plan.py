@@ -53,8 +53,9 @@ class Plan:
         except Exception as err:  # a kernel failed: say which op, keep the cause
             op = self._step_ops.get(step)
             name = op.name if op is not None else "?"
-            raise errors.InvalidArgumentError(
-                None, op, f"{type(err).__name__} in op '{name}': {err}") from err
+            error_type = errors.ResourceExhaustedError if isinstance(err, MemoryError) \
+                else errors.InvalidArgumentError
+            raise error_type(None, op, f"{type(err).__name__} in op '{name}': {err}") from err
         return [fetch(slots) for fetch in self._fetchers]
 
     # -- compiling -----------------------------------------------------------------
@@ -99,7 +100,7 @@ class Plan:
             raise errors.UnimplementedError(
                 None, op, f"No {runtime.name} kernel for op '{op.name}' of type {op.type}")
         ctx = KernelContext(op=op, attrs=op.attrs,
-                            output_dtypes=[t.dtype.as_numpy_dtype().dtype for t in op.outputs],
+                            output_dtypes=[np.dtype(t.dtype.as_numpy_dtype) for t in op.outputs],
                             device=runtime, resource=self._resource)
         return make(ctx)
 
@@ -124,8 +125,7 @@ class Plan:
     def _track_state_aliases(self, op, in_slots, out_slots):
         """Remember which slots may share memory with Session state or with
         folded constants, so fetching them returns a copy."""
-        if op.op_def.stateful and op.type.startswith(("Variable", "Assign")) or \
-                op.type == "Const":
+        if op.op_def.aliases_state:
             self._aliases_state.update(out_slots)
         elif op.op_def.aliases_input and in_slots and in_slots[0] in self._aliases_state:
             self._aliases_state.update(out_slots)
@@ -176,7 +176,7 @@ def _unfed_message(op):
 def _feed_converter(tensor, runtime):
     """A function that checks a fed value against ``tensor``'s dtype and static
     shape and puts it on the tensor's device."""
-    dtype = tensor.dtype.as_numpy_dtype().dtype
+    dtype = np.dtype(tensor.dtype.as_numpy_dtype)
     dims = tensor.shape.dims
     known = None if dims is None else [(i, d) for i, d in enumerate(dims) if d is not None]
     rank = None if dims is None else len(dims)
@@ -202,10 +202,8 @@ def _coerce_feed(value, dtype, tensor):
             None, tensor.op, f"Cannot feed {value!r} to Tensor '{tensor.name}': {err}") from None
     if array.dtype == dtype:
         return array
-    castable = array.dtype.kind in "biuf" and (
-        np.can_cast(array.dtype, dtype, "same_kind") or array.dtype.kind in "iu" and
-        dtype.kind == "f" or array.dtype == np.float64 and dtype.kind == "f")
-    if not castable:
+    # 'same_kind' allows int -> float and float64 -> float32, refuses float -> int.
+    if array.dtype.kind not in "biuf" or not np.can_cast(array.dtype, dtype, "same_kind"):
         raise errors.InvalidArgumentError(
             None, tensor.op, f"Cannot feed value of dtype {array.dtype} to Tensor "
             f"'{tensor.name}' of dtype {tensor.dtype.name}: not castable without losing "

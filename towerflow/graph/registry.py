@@ -26,7 +26,9 @@ class OpDef:
     - ``gradient``: filled in by the autodiff stage (None: not differentiable);
     - ``stateful``: reads or writes session state (variables, random streams);
     - ``aliases_input``: the kernel may return a view of its first input, so a
-      fetched value must be copied if that input aliases state.
+      fetched value must be copied if that input aliases state;
+    - ``aliases_state``: the output *is* stored state (a variable's buffer, a
+      folded constant), so a fetched value must be copied.
     """
 
     op_type: str
@@ -34,14 +36,17 @@ class OpDef:
     kernel: str
     stateful: bool = False
     aliases_input: bool = False
+    aliases_state: bool = False
     gradient: Optional[Callable] = None
 
 
-def register_op(op_type, shape_fn, kernel=None, stateful=False, aliases_input=False):
+def register_op(op_type, shape_fn, kernel=None, stateful=False, aliases_input=False,
+                aliases_state=False):
     """Define ``op_type``; defining one twice is a programming error."""
     if op_type in _OP_DEFS:
         raise KeyError(f"op type {op_type!r} is already registered")
-    op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful, aliases_input)
+    op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful, aliases_input,
+                   aliases_state)
     _OP_DEFS[op_type] = op_def
     return op_def
 

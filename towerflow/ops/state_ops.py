@@ -34,10 +34,11 @@ def _assign_shape(inputs, attrs):
     return [(shape, var_tensor.dtype)]
 
 
-register_op("VariableV2", _variable_shape, stateful=True)
-register_op("Assign", _assign_shape, stateful=True)
-register_op("AssignAdd", _assign_shape, stateful=True)
-register_op("AssignSub", _assign_shape, stateful=True)
+# Their outputs are the variable's own buffer: fetches copy them.
+register_op("VariableV2", _variable_shape, stateful=True, aliases_state=True)
+register_op("Assign", _assign_shape, stateful=True, aliases_state=True)
+register_op("AssignAdd", _assign_shape, stateful=True, aliases_state=True)
+register_op("AssignSub", _assign_shape, stateful=True, aliases_state=True)
 
 
 class Variable:
