@@ -256,6 +256,8 @@ ARRAY = [
          lambda a, b: np.stack([a, b], 1), ints(2, 3), ints(2, 3)),
     case("stack_negative_axis", lambda a, b: tf.stack([a, b], axis=-1),
          lambda a, b: np.stack([a, b], -1), floats(2, 3), floats(2, 3)),
+    case("unstack_axis1", lambda x: tf.unstack(x, axis=1), lambda x: list(np.moveaxis(x, 1, 0)),
+         floats(2, 3, 4), needs_known_shape=True),
     case("expand_dims_0", lambda x: tf.expand_dims(x, 0), lambda x: x[None], floats(2, 3)),
     case("expand_dims_negative", lambda x: tf.expand_dims(x, -1), lambda x: x[..., None],
          floats(2, 3)),
@@ -342,6 +344,17 @@ NOT_COVERED_HERE = {
     "VariableV2", "Assign", "AssignAdd", "AssignSub",   # session state: variable tests
     "RandomStandardNormal", "TruncatedNormal",          # values are no NumPy function
     "RandomUniform", "RandomUniformInt",                # of the inputs: random tests
+    # gradient helper ops: test_gradients*.py (finite differences)
+    "UnbroadcastGrad", "StopGradient", "ReductionGrad", "ReduceExtremumGrad", "ReshapeLike",
+    "ConcatGrad", "TanhGrad", "SigmoidGrad", "ReluGrad", "EluGrad", "GeluGrad",
+    "BiasAddGrad", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad",
+    "AvgPoolGrad", "FusedBatchNormGrad",
+    # NN ops: test_nn_ops.py (NumPy and torch) and test_layers.py (Dropout, Multinomial)
+    "Relu", "Elu", "Gelu", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
+    "SparseSoftmaxCrossEntropyWithLogits", "BiasAdd", "Conv2D", "MaxPool", "AvgPool",
+    "FusedBatchNorm", "Dropout", "Multinomial",
+    # in-place updates and schedules: test_train.py
+    "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "LearningRateSchedule",
 }
 
 # -- running and checking ----------------------------------------------------------

@@ -10,10 +10,13 @@ CuPy (GPU), built for data-parallel training over many devices.
         print(sess.run(tf.matmul(a, b)))       # [[22. 28.] [49. 64.]]
 """
 
+import types as _types
+
 from . import backends as _backends  # noqa: F401
 from .backends import numpy_backend as _numpy_backend  # noqa: F401  (CPU kernels)
-from . import config, device_lib, errors
+from . import config, device_lib, errors, layers, losses, nn, train
 from . import testing as test
+from .autodiff import gradients, stop_gradient
 from .device import DeviceSpec
 from .dtypes import (DType, as_dtype, bool, double, float16, float32, float64, half,  # noqa: A004
                      int8, int16, int32, int64, uint8, uint16)
@@ -21,7 +24,13 @@ from .graph import Graph, GraphKeys, Operation, Tensor, TensorShape
 from .graph.core import get_default_graph, reset_default_graph
 from .log import get_logger
 from .ops.array_ops import (concat, expand_dims, group, identity, no_op, reshape, shape,
-                            split, squeeze, stack, transpose)
+                            split, squeeze, stack, transpose, unstack)
+from .ops.clip_ops import clip_by_global_norm, clip_by_value, global_norm
+from .ops.init_ops import (constant_initializer, glorot_normal_initializer,
+                           glorot_uniform_initializer, ones_initializer,
+                           random_normal_initializer, random_uniform_initializer,
+                           truncated_normal_initializer, variance_scaling_initializer,
+                           zeros_initializer)
 from .ops.constant_ops import (constant, convert_to_tensor, fill, ones, ones_like,
                                placeholder, placeholder_with_default,
                                register_tensor_conversion_function, zeros, zeros_like)
@@ -33,8 +42,9 @@ from .ops.math_ops import (abs, add, add_n, argmax, argmin, cast, ceil, cos, div
                            reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum,
                            round, rsqrt, sigmoid, sign, sin, sqrt, square,
                            squared_difference, subtract, tanh, truediv)
-from .ops.random_ops import (random_normal, random_uniform, set_random_seed,
-                             truncated_normal)
+from .ops import init_ops as initializers
+from .ops.random_ops import (categorical, multinomial, random_normal, random_uniform,
+                             set_random_seed, truncated_normal)
 from .ops.state_ops import (Variable, assign, assign_add, assign_sub, global_variables,
                             global_variables_initializer, initialize_all_variables,
                             trainable_variables, variables_initializer)
@@ -79,4 +89,8 @@ def add_to_collection(name, value):
 
 sub = subtract
 mul = multiply
+random = _types.SimpleNamespace(
+    categorical=categorical, multinomial=multinomial, normal=random_normal,
+    uniform=random_uniform, truncated_normal=truncated_normal,
+    set_random_seed=set_random_seed, set_seed=set_random_seed)
 __version__ = "0.1.0"

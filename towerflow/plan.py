@@ -79,6 +79,8 @@ class Plan:
         device = self._placer.place(op)
         runtime = self._runtime_of(device)
         in_slots = [self._slot_on(tensor, device) for tensor in op.inputs]
+        if self._forwards_without_a_step(op, device, in_slots):
+            return
         out_slots = [self._output_slot(tensor, device) for tensor in op.outputs]
         kernel = self._make_kernel(op, runtime)
         self._track_state_aliases(op, in_slots, out_slots)
@@ -86,6 +88,16 @@ class Plan:
             self._initial[out_slots[0]] = kernel()  # folded: made once, reused every run
             return
         self._add_step(_make_step(kernel, in_slots, out_slots), op)
+
+    def _forwards_without_a_step(self, op, device, in_slots):
+        """Identity-like ops share their input's slot and NoOps order nothing in
+        a sequential plan: neither needs a step."""
+        if op.type == "NoOp":
+            return True
+        if op.op_def.forwards_input and (op.outputs[0], device) not in self._slots:
+            self._slots[(op.outputs[0], device)] = in_slots[0]
+            return True
+        return False
 
     def _output_slot(self, tensor, device):
         slot = self._new_slot()

@@ -7,12 +7,17 @@ the input arrays, so attributes are bound before the hot loop, never looked
 up in it. A kernel returns one array, a tuple (several outputs) or None.
 """
 
+import dataclasses
 import functools
 import itertools
 
 import numpy as np
 
 from .. import errors
+from .activation_kernels import build_activation_kernels
+from .gradient_kernels import build_gradient_kernels
+from .nn_kernels import build_nn_kernels
+from .training_kernels import build_training_kernels
 
 
 def build_kernels(xp):
@@ -24,7 +29,25 @@ def build_kernels(xp):
     table.update(_array_kernels(xp))
     table.update(_random_kernels(xp))
     table.update(_state_kernels(xp))
+    table.update(build_gradient_kernels(xp))
+    table.update(build_activation_kernels(xp))
+    table.update(build_nn_kernels(xp))
+    table.update(build_training_kernels(xp))
+    for name in ("FusedBatchNorm", "FusedBatchNormGrad"):
+        table[name] = _training_switch(table[name])
     return table
+
+
+def _training_switch(make):
+    """Batch norm whose mode is a bool tensor (attr is_training None, the last
+    input): build both modes once, pick one per run."""
+    def make_switching(ctx):
+        if ctx.attrs["is_training"] is not None:
+            return make(ctx)
+        modes = {flag: make(dataclasses.replace(ctx, attrs={**ctx.attrs, "is_training": flag}))
+                 for flag in (True, False)}
+        return lambda *inputs: modes[bool(inputs[-1])](*inputs[:-1])
+    return make_switching
 
 
 def _fixed(fn):
@@ -141,7 +164,12 @@ def _reduction_kernels(xp):
     def mean(ctx):
         axes, keepdims, dtype = ctx.attrs["axes"], ctx.attrs["keepdims"], ctx.output_dtypes[0]
         if dtype.kind == "f":
-            return functools.partial(xp.mean, axis=axes, keepdims=keepdims, dtype=dtype)
+            # NOTE: sum * (1 / count) skips xp.mean's Python-level overhead, which
+            # dominates for the small tensors of a loss.
+            def float_mean(x):
+                total = x.sum(axis=axes, keepdims=keepdims, dtype=dtype)
+                return total * dtype.type(total.size / x.size if x.size else float("nan"))
+            return float_mean
 
         def integer_mean(x):  # TensorFlow truncates the mean of integers
             return xp.trunc(xp.mean(x, axis=axes, keepdims=keepdims)).astype(dtype)

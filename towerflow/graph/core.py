@@ -24,6 +24,7 @@ class GraphKeys:
     TRAINABLE_VARIABLES = "trainable_variables"
     LOCAL_VARIABLES = "local_variables"
     UPDATE_OPS = "update_ops"
+    GLOBAL_STEP = "global_step"
     LOSSES = "losses"
 
 

@@ -28,7 +28,9 @@ class OpDef:
     - ``aliases_input``: the kernel may return a view of its first input, so a
       fetched value must be copied if that input aliases state;
     - ``aliases_state``: the output *is* stored state (a variable's buffer, a
-      folded constant), so a fetched value must be copied.
+      folded constant), so a fetched value must be copied;
+    - ``forwards_input``: the output is the first input itself (Identity), so
+      the plan passes the value on without running anything.
     """
 
     op_type: str
@@ -37,23 +39,36 @@ class OpDef:
     stateful: bool = False
     aliases_input: bool = False
     aliases_state: bool = False
+    forwards_input: bool = False
     gradient: Optional[Callable] = None
 
 
 def register_op(op_type, shape_fn, kernel=None, stateful=False, aliases_input=False,
-                aliases_state=False):
+                aliases_state=False, forwards_input=False):
     """Define ``op_type``; defining one twice is a programming error."""
     if op_type in _OP_DEFS:
         raise KeyError(f"op type {op_type!r} is already registered")
-    op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful, aliases_input,
-                   aliases_state)
+    op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful,
+                   aliases_input or forwards_input, aliases_state, forwards_input)
     _OP_DEFS[op_type] = op_def
     return op_def
 
 
 def register_gradient(op_type, gradient_fn):
-    """Attach the gradient function of ``op_type`` (used by the autodiff stage)."""
+    """Attach the gradient of ``op_type``: ``gradient_fn(op, *output_grads)``
+    returns one gradient (or None) per input. Used by the autodiff stage."""
     _OP_DEFS[op_type] = dataclasses.replace(get_op_def(op_type), gradient=gradient_fn)
+
+
+def not_differentiable(op, *output_grads):
+    """The gradient of ops no gradient flows through (comparisons, argmax,
+    random draws, shapes): None for every input."""
+    return [None] * len(op.inputs)
+
+
+def register_not_differentiable(*op_types):
+    for op_type in op_types:
+        register_gradient(op_type, not_differentiable)
 
 
 def get_op_def(op_type):

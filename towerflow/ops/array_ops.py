@@ -5,14 +5,14 @@ from .. import dtypes
 from ..graph import core, shapes
 from ..graph.registry import register_op
 from ..graph.shapes import TensorShape
-from .constant_ops import convert_to_tensor
+from .constant_ops import convert_to_tensor, zeros_like
 
 
 def _same_as_input(inputs, attrs):
     return [(inputs[0].shape, inputs[0].dtype)]
 
 
-register_op("Identity", _same_as_input, aliases_input=True)
+register_op("Identity", _same_as_input, forwards_input=True)
 
 
 def identity(input, name=None):
@@ -247,3 +247,94 @@ def group(*inputs, name=None):
     graph = core.get_default_graph()
     with graph.control_dependencies(list(inputs)):
         return no_op(name=name or "group_deps")
+
+
+# -- unstack ------------------------------------------------------------------------
+
+
+def _unpack_shape(inputs, attrs):
+    x, axis, count = inputs[0], attrs["axis"], attrs["num"]
+    if x.shape.dims is None:
+        return [(shapes.unknown_shape(), x.dtype)] * count
+    dims = [d for i, d in enumerate(x.shape.dims) if i != axis]
+    return [(TensorShape(dims), x.dtype)] * count
+
+
+register_op("Unpack", _unpack_shape, aliases_input=True)
+
+
+def unstack(value, num=None, axis=0, name="unstack"):
+    """Split along ``axis`` into tensors with that axis removed: ``a, b = tf.unstack(x)``."""
+    x = convert_to_tensor(value)
+    (axis,) = shapes.normalize_axes(int(axis), x.shape.ndims, "unstack axis")
+    num = num if num is not None else (x.shape.dims[axis] if x.shape.dims else None)
+    if num is None:
+        raise ValueError(f"unstack needs num= when dimension {axis} of {x.shape} is unknown")
+    attrs = {"axis": axis, "num": int(num)}
+    return list(x.graph.create_op("Unpack", [x], attrs, name=name).outputs)
+
+
+# -- gradients ---------------------------------------------------------------------
+
+from ..graph.registry import register_gradient, register_not_differentiable  # noqa: E402
+
+register_not_differentiable("Shape", "ZerosLike", "OnesLike", "NoOp")
+
+
+def _like_shape_of_second(inputs, attrs):
+    return [(inputs[1].shape, inputs[0].dtype)]
+
+
+# (grad, input) -> grad reshaped to the input's run-time shape.
+register_op("ReshapeLike", _like_shape_of_second, aliases_input=True)
+
+
+def _reshape_like(grad, tensor):
+    return grad.graph.create_op("ReshapeLike", [grad, tensor]).outputs[0]
+
+
+def _concat_grad_shape(inputs, attrs):
+    return [(tensor.shape, inputs[0].dtype) for tensor in inputs[1:]]
+
+
+# (grad, *inputs) -> grad split along the concat axis by the inputs' run-time sizes.
+register_op("ConcatGrad", _concat_grad_shape, aliases_input=True)
+
+
+def _concat_grad(op, grad):
+    return list(grad.graph.create_op("ConcatGrad", [grad] + list(op.inputs),
+                                     {"axis": op.attrs["axis"]}).outputs)
+
+
+def _split_grad(op, *grads):
+    return [concat(_zeros_for_missing(grads, op.outputs), op.attrs["axis"])]
+
+
+def _zeros_for_missing(grads, outputs):
+    """Outputs no gradient reached contribute zeros."""
+    return [grad if grad is not None else zeros_like(output)
+            for grad, output in zip(grads, outputs)]
+
+
+def _transpose_grad(op, grad):
+    perm = op.attrs["perm"]
+    inverse = [0] * len(perm)
+    for position, axis in enumerate(perm):
+        inverse[axis] = position
+    return [transpose(grad, inverse)]
+
+
+def _unpack_grad(op, *grads):
+    return [stack(_zeros_for_missing(grads, op.outputs), axis=op.attrs["axis"])]
+
+
+register_gradient("Identity", lambda op, grad: [grad])
+register_gradient("PlaceholderWithDefault", lambda op, grad: [grad])
+register_gradient("Reshape", lambda op, grad: [_reshape_like(grad, op.inputs[0])])
+register_gradient("ExpandDims", lambda op, grad: [_reshape_like(grad, op.inputs[0])])
+register_gradient("Squeeze", lambda op, grad: [_reshape_like(grad, op.inputs[0])])
+register_gradient("Transpose", _transpose_grad)
+register_gradient("ConcatV2", _concat_grad)
+register_gradient("Split", _split_grad)
+register_gradient("Pack", lambda op, grad: unstack(grad, len(op.inputs), op.attrs["axis"]))
+register_gradient("Unpack", _unpack_grad)

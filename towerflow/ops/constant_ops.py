@@ -115,7 +115,7 @@ def _with_default_shape(inputs, attrs):
     return [(attrs["shape"], default.dtype)]
 
 
-register_op("PlaceholderWithDefault", _with_default_shape, aliases_input=True)
+register_op("PlaceholderWithDefault", _with_default_shape, forwards_input=True)
 
 
 def placeholder_with_default(value, shape, name=None):
@@ -189,3 +189,16 @@ def _like(op_type, tensor, dtype, name):
     attrs = {"dtype": dtypes.as_dtype(dtype) if dtype is not None else None}
     graph = core.get_default_graph()
     return graph.create_op(op_type, [tensor], attrs, name=name).outputs[0]
+
+
+# -- gradients ---------------------------------------------------------------------
+
+from ..graph.registry import register_gradient, register_not_differentiable  # noqa: E402
+
+register_not_differentiable("Const", "Placeholder")
+register_gradient("Fill", lambda op, grad: [_sum_all(grad)])
+
+
+def _sum_all(grad):
+    from .math_ops import reduce_sum  # math_ops imports this module
+    return reduce_sum(grad)

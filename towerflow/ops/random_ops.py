@@ -4,7 +4,7 @@ reproducible; each new Session starts the streams again from the beginning."""
 
 from .. import dtypes
 from ..graph import core
-from ..graph.registry import register_op
+from ..graph.registry import register_not_differentiable, register_op
 from ..graph.shapes import as_shape
 
 # TensorFlow's default graph seed, used when only an op seed is given.
@@ -81,3 +81,35 @@ def random_uniform(shape, minval=0, maxval=None, dtype=dtypes.float32, seed=None
 def _check_float(what, dtype):
     if not dtypes.as_dtype(dtype).is_floating:
         raise ValueError(f"{what} needs a floating dtype, got {dtypes.as_dtype(dtype).name}")
+
+register_not_differentiable("RandomStandardNormal", "TruncatedNormal", "RandomUniform",
+                            "RandomUniformInt")
+
+
+def _multinomial_shape(inputs, attrs):
+    logits = inputs[0]
+    if logits.shape.ndims not in (None, 2):
+        raise ValueError(f"categorical needs logits of shape [batch, classes], got "
+                         f"{logits.shape}")
+    batch = logits.shape.dims[0] if logits.shape.dims else None
+    return [(as_shape([batch, attrs["num_samples"]]), attrs["dtype"])]
+
+
+register_op("Multinomial", _multinomial_shape, stateful=True)
+register_not_differentiable("Multinomial")
+
+
+def categorical(logits, num_samples, dtype=None, seed=None, name=None):
+    """Draw ``num_samples`` class indices per row from ``softmax(logits)``:
+    ``tf.random.categorical(logits / temperature, 1)`` samples at a temperature."""
+    from .constant_ops import convert_to_tensor
+    logits = convert_to_tensor(logits)
+    if not logits.dtype.is_floating:
+        raise TypeError(f"categorical needs floating logits, got {logits.dtype.name}")
+    attrs = {"num_samples": int(num_samples), "seed": get_seed(seed),
+             "dtype": dtypes.as_dtype(dtype or dtypes.int64)}
+    return logits.graph.create_op("Multinomial", [logits], attrs,
+                                  name=name or "categorical").outputs[0]
+
+
+multinomial = categorical

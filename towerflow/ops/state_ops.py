@@ -11,7 +11,7 @@ on the storage op's device::
 
 from ..graph import core
 from ..graph.core import GraphKeys
-from ..graph.registry import register_op
+from ..graph.registry import register_not_differentiable, register_op
 from ..graph.shapes import as_shape
 from . import array_ops, math_ops
 from .constant_ops import convert_to_tensor, register_tensor_conversion_function
@@ -167,3 +167,6 @@ def assign_add(ref, value, name=None):
 def assign_sub(ref, value, name=None):
     return ref.assign_sub(value, name=name)
 
+
+
+register_not_differentiable("VariableV2", "Assign", "AssignAdd", "AssignSub")

@@ -1,0 +1,152 @@
+"""Kernels of the elementwise NN ops (activations, softmax, bias add,
+dropout) and categorical sampling, written against ``xp``."""
+
+import math
+
+from .. import errors
+
+
+def build_activation_kernels(xp):
+    """The activation kernel table for array module ``xp``."""
+    def fixed(fn):
+        return lambda ctx: fn
+
+    def relu(x):
+        return xp.maximum(x, 0)
+
+    def relu_grad(grad, y):
+        return grad * (y > 0)
+
+    def elu(x):
+        return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)))
+
+    def elu_grad(grad, y):
+        return xp.where(y > 0, grad, grad * (y + 1))
+
+    def bias_add_grad(grad):
+        return grad.reshape(-1, grad.shape[-1]).sum(axis=0)
+
+    return {
+        "Relu": fixed(relu), "ReluGrad": fixed(relu_grad),
+        "Elu": fixed(elu), "EluGrad": fixed(elu_grad),
+        "Gelu": lambda ctx: _gelu(xp, ctx.attrs["approximate"], ctx.output_dtypes[0]),
+        "GeluGrad": lambda ctx: _gelu_grad(xp, ctx.attrs["approximate"],
+                                           ctx.output_dtypes[0]),
+        "Softmax": lambda ctx: _softmax(xp, ctx.attrs["axis"]),
+        "LogSoftmax": lambda ctx: _log_softmax(xp, ctx.attrs["axis"]),
+        "BiasAdd": fixed(xp.add), "BiasAddGrad": fixed(bias_add_grad),
+        "Dropout": lambda ctx: _dropout(xp, ctx),
+        "Multinomial": lambda ctx: _multinomial(xp, ctx),
+    }
+
+
+def _softmax(xp, axis):
+    def softmax(x):
+        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e /= e.sum(axis=axis, keepdims=True)
+        return e
+    return softmax
+
+
+def _log_softmax(xp, axis):
+    def log_softmax(x):
+        shifted = x - x.max(axis=axis, keepdims=True)
+        return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+    return log_softmax
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def erf(xp, x):
+    """The error function to ~1.5e-7 (Abramowitz & Stegun 7.1.26): NumPy has no
+    erf, and float32 needs no more."""
+    sign = xp.sign(x)
+    a = xp.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+        -1.453152027 + t * 1.061405429))))
+    return sign * (1.0 - poly * xp.exp(-a * a))
+
+
+def erf_float64(xp, x):
+    """The error function to ~2e-15, for float64 (where 1.5e-7 is no match for
+    TensorFlow's): a series of positive terms below |x| = 2.5, the continued
+    fraction of erfc above; both evaluated everywhere, then selected."""
+    a = xp.abs(x)
+    near = xp.minimum(a, 2.5)
+    term, total, twice_square = near, near, 2.0 * near * near
+    for n in range(1, 35):   # erf = 2/sqrt(pi) e^-x^2 sum x (2x^2)^n / (2n+1)!!
+        term = term * twice_square * (1.0 / (2 * n + 1))
+        total = total + term
+    series = total * xp.exp(-near * near) * (2.0 / math.sqrt(math.pi))
+    far = xp.maximum(a, 2.5)
+    fraction = far
+    for k in range(25, 0, -1):   # erfc = e^-x^2 / sqrt(pi) / (x + (1/2) / (x + 1 / (x + ...
+        fraction = far + (0.5 * k) / fraction
+    erfc = xp.exp(-far * far) * (1.0 / math.sqrt(math.pi)) / fraction
+    return xp.sign(x) * xp.where(a < 2.5, series, 1.0 - erfc)
+
+
+def _erf_for(xp, dtype):
+    if dtype == xp.float64:
+        return lambda x: erf_float64(xp, x)
+    return lambda x: erf(xp, x)
+
+
+def _gelu(xp, approximate, dtype):
+    if approximate:
+        return lambda x: 0.5 * x * (1.0 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    erf_fn = _erf_for(xp, dtype)
+    return lambda x: (0.5 * x * (1.0 + erf_fn(x * (1 / math.sqrt(2.0))))).astype(x.dtype)
+
+
+def _gelu_grad(xp, approximate, dtype):
+    erf_fn = _erf_for(xp, dtype)
+
+    def exact(grad, x):
+        cdf = 0.5 * (1.0 + erf_fn(x * (1 / math.sqrt(2.0))))
+        pdf = xp.exp(-0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
+        return (grad * (cdf + x * pdf)).astype(x.dtype)
+
+    def tanh_form(grad, x):
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)
+        t = xp.tanh(inner)
+        d_inner = _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)
+        return grad * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * d_inner)
+    return tanh_form if approximate else exact
+
+
+def _seeded_stream(xp, ctx):
+    graph_seed, op_seed = ctx.attrs["seed"]
+    seed = None if graph_seed is None else [graph_seed, op_seed]
+    return ctx.resource(("random", ctx.op), lambda: xp.random.default_rng(seed))
+
+
+def _dropout(xp, ctx):
+    rng, static_rate = _seeded_stream(xp, ctx), ctx.attrs["rate"]
+    noise_shape, op = ctx.attrs["noise_shape"], ctx.op
+
+    def dropout(x, fed_rate=None):
+        rate = static_rate if fed_rate is None else float(fed_rate)
+        if not 0.0 <= rate < 1.0:   # NOTE: only a fed rate can be out of range here
+            raise errors.InvalidArgumentError(
+                None, op, f"dropout rate must be in [0, 1), got {rate} (keep_prob "
+                f"{1.0 - rate}); feed a keep_prob in (0, 1]")
+        shape = x.shape if noise_shape is None else tuple(
+            size if want is None else want for size, want in zip(x.shape, noise_shape))
+        keep = rng.random(shape, dtype=xp.float32) >= rate
+        mask = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - rate))
+        return x * mask, mask
+    return dropout
+
+
+def _multinomial(xp, ctx):
+    rng, count, dtype = _seeded_stream(xp, ctx), ctx.attrs["num_samples"], ctx.output_dtypes[0]
+
+    def sample(logits):
+        # Gumbel-max: argmax(logits + Gumbel noise) is a draw from softmax(logits).
+        shape = logits.shape[:1] + (count,) + logits.shape[1:]
+        noise = -xp.log(-xp.log(rng.random(shape, dtype=xp.float64) + 1e-300) + 1e-300)
+        return (logits[:, None, :].astype(xp.float64) + noise).argmax(axis=-1).astype(dtype)
+    return sample

@@ -1,0 +1,161 @@
+"""Kernels of the training ops, written once against an array module ``xp``.
+
+``build_training_kernels(xp)`` returns ``{kernel name: make_kernel}`` in the
+protocol of :mod:`towerflow.backends.kernels`. The optimizer kernels update a
+variable (and its slots) **in place** in the Session's ``VariableCell``: the
+buffer a read returns is the one the update writes, so a training step
+allocates nothing but one scratch buffer per op, made on the first step::
+
+    kernel = table["ApplyGradientDescent"](ctx)
+    kernel(learning_rate, grad)        # var -= learning_rate * grad, in place
+"""
+
+import math
+
+from .. import errors
+# NOTE: a module import, not `from .kernels import VariableCell`: kernels.py
+# imports this module while it is itself still being imported.
+from . import kernels as _kernels
+
+
+def build_training_kernels(xp):
+    """The training kernel table for array module ``xp``."""
+    return {
+        "ApplyGradientDescent": lambda ctx: _gradient_descent_kernel(xp, ctx),
+        "ApplyMomentum": lambda ctx: _momentum_kernel(xp, ctx),
+        "ApplyAdam": lambda ctx: _adam_kernel(xp, ctx),
+        "LearningRateSchedule": lambda ctx: _schedule_kernel(xp, ctx),
+    }
+
+
+class Scratch:
+    """One temporary buffer per op and Session, shaped like the variable; made
+    again only if the variable changes shape (its dtype never changes)."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self):
+        self.buffer = None
+
+    def renew(self, xp, like):
+        self.buffer = xp.empty_like(like)
+        return self.buffer
+
+
+def _setup(ctx):
+    """(variable cell, [slot cell ...], scratch, fail) for one apply op, where
+    ``fail(var, grad, *slots)`` raises the error that explains a bad step."""
+    cell_of = _kernels.VariableCell
+    variable_op, slot_ops = ctx.attrs["variable"], ctx.attrs["slots"]
+    var_cell = ctx.resource(("variable", variable_op), cell_of)
+    slot_cells = [ctx.resource(("variable", slot_op), cell_of) for slot_op in slot_ops]
+    scratch = ctx.resource(("train_scratch", ctx.op), Scratch)
+    op = ctx.op
+
+    def fail(var, grad, *slots):
+        for state_op, value in zip((variable_op,) + tuple(slot_ops), (var,) + slots):
+            if value is None:
+                raise errors.FailedPreconditionError(
+                    None, op, f"Attempting to use uninitialized value {state_op.name} in "
+                    f"'{op.name}': run its initializer first "
+                    "(sess.run(tf.global_variables_initializer()))")
+        raise errors.InvalidArgumentError(
+            None, op, f"'{op.name}': var and grad do not have the same shape: "
+            f"{tuple(var.shape)} and {tuple(grad.shape)}")
+    return var_cell, slot_cells, scratch, fail
+
+
+# NOTE: the kernels below inline their checks (no helper calls): they run once
+# per variable per step, and on small variables Python calls cost more than
+# the arithmetic.
+
+def _decay(xp, var, learning_rate, weight_decay):
+    """Decoupled weight decay (SGDW / AdamW): var *= 1 - lr * weight_decay."""
+    xp.multiply(var, 1 - learning_rate * weight_decay, out=var)
+
+
+def _gradient_descent_kernel(xp, ctx):
+    var_cell, _, scratch, fail = _setup(ctx)
+    weight_decay = ctx.attrs["weight_decay"]
+    multiply, subtract = xp.multiply, xp.subtract
+
+    def apply(learning_rate, grad):
+        var = var_cell.value
+        if var is None or grad.shape != var.shape:
+            fail(var, grad)
+        if weight_decay:
+            _decay(xp, var, learning_rate, weight_decay)
+        step = scratch.buffer
+        if step is None or step.shape != var.shape:
+            step = scratch.renew(xp, var)
+        multiply(grad, learning_rate, out=step)
+        return subtract(var, step, out=var)
+    return apply
+
+
+def _momentum_kernel(xp, ctx):
+    var_cell, (accum_cell,), scratch, fail = _setup(ctx)
+    weight_decay, nesterov = ctx.attrs["weight_decay"], ctx.attrs["use_nesterov"]
+
+    def apply(learning_rate, grad, momentum):
+        var, accum = var_cell.value, accum_cell.value
+        if var is None or accum is None or grad.shape != var.shape:
+            fail(var, grad, accum)
+        if weight_decay:
+            _decay(xp, var, learning_rate, weight_decay)
+        xp.multiply(accum, momentum, out=accum)       # accum = momentum * accum + grad
+        xp.add(accum, grad, out=accum)
+        step = scratch.buffer
+        if step is None or step.shape != var.shape:
+            step = scratch.renew(xp, var)
+        if nesterov:                                  # lr * (grad + momentum * accum)
+            xp.multiply(accum, momentum, out=step)
+            xp.add(step, grad, out=step)
+            xp.multiply(step, learning_rate, out=step)
+        else:                                         # lr * accum
+            xp.multiply(accum, learning_rate, out=step)
+        return xp.subtract(var, step, out=var)
+    return apply
+
+
+def _adam_kernel(xp, ctx):
+    var_cell, (m_cell, v_cell), scratch, fail = _setup(ctx)
+    weight_decay = ctx.attrs["weight_decay"]
+
+    def apply(beta1_power, beta2_power, learning_rate, beta1, beta2, epsilon, grad):
+        var, m, v = var_cell.value, m_cell.value, v_cell.value
+        if var is None or m is None or v is None or grad.shape != var.shape:
+            fail(var, grad, m, v)
+        if weight_decay:
+            _decay(xp, var, learning_rate, weight_decay)
+        alpha = learning_rate * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
+        step = scratch.buffer
+        if step is None or step.shape != var.shape:
+            step = scratch.renew(xp, var)
+        xp.subtract(grad, m, out=step)                # m += (grad - m) * (1 - beta1)
+        xp.multiply(step, 1 - beta1, out=step)
+        xp.add(m, step, out=m)
+        xp.multiply(grad, grad, out=step)             # v += (grad^2 - v) * (1 - beta2)
+        xp.subtract(step, v, out=step)
+        xp.multiply(step, 1 - beta2, out=step)
+        xp.add(v, step, out=v)
+        xp.sqrt(v, out=step)                          # var -= alpha * m / (sqrt(v) + eps)
+        xp.add(step, epsilon, out=step)
+        xp.divide(m, step, out=step)
+        xp.multiply(step, alpha, out=step)
+        return xp.subtract(var, step, out=var)
+    return apply
+
+
+def _schedule_kernel(xp, ctx):
+    """Evaluates the op's pure Python ``step -> value`` function on the step."""
+    schedule, dtype, op = ctx.attrs["schedule"], ctx.output_dtypes[0], ctx.op
+
+    def evaluate(step):
+        value = schedule(step.item())
+        if not math.isfinite(value):
+            raise errors.InvalidArgumentError(
+                None, op, f"learning-rate schedule '{op.name}' gave {value} at step "
+                f"{step.item()}")
+        return xp.asarray(value, dtype=dtype)
+    return evaluate

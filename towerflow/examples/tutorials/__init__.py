@@ -1,0 +1,1 @@
+"""TensorFlow 1.x's tutorial helpers (``tensorflow.examples.tutorials``)."""

@@ -1,0 +1,38 @@
+"""Clipping values and gradients: ``clip_by_value``, ``global_norm``,
+``clip_by_global_norm``."""
+
+from . import math_ops
+from .constant_ops import convert_to_tensor
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None):
+    """Elementwise min(max(t, clip_value_min), clip_value_max)."""
+    t = convert_to_tensor(t)
+    return math_ops.minimum(math_ops.maximum(t, clip_value_min), clip_value_max,
+                            name=name or "clip_by_value")
+
+
+def global_norm(t_list, name=None):
+    """sqrt(sum of squares of every element of every tensor); None entries are skipped."""
+    tensors = [convert_to_tensor(t) for t in t_list if t is not None]
+    if not tensors:
+        raise ValueError("global_norm needs at least one tensor")
+    squares = [math_ops.reduce_sum(math_ops.square(t)) for t in tensors]
+    return math_ops.sqrt(math_ops.add_n(squares), name=name or "global_norm")
+
+
+def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
+    """Scale every tensor by clip_norm / max(global_norm, clip_norm), so their
+    joint norm is at most ``clip_norm``. Returns (clipped list, global norm);
+    None entries stay None. ``grads, _ = tf.clip_by_global_norm(grads, 5.0)``."""
+    t_list = list(t_list)
+    norm = use_norm if use_norm is not None else global_norm(t_list)
+    scale = clip_norm / math_ops.maximum(norm, clip_norm)
+    clipped = [None if t is None else math_ops.multiply(t, math_ops.cast(scale, t.dtype),
+                                                        name=name)
+               for t in map(_maybe_tensor, t_list)]
+    return clipped, norm
+
+
+def _maybe_tensor(value):
+    return None if value is None else convert_to_tensor(value)

@@ -1,0 +1,104 @@
+"""Normalisation: fused batch normalisation (one kernel forward, one
+backward), ``moments`` and the composite ``batch_normalization``."""
+
+from ..graph.core import Tensor
+from ..graph.registry import register_gradient, register_op
+from ..graph.shapes import TensorShape
+from . import math_ops
+from .constant_ops import convert_to_tensor
+
+
+def _fused_shape(inputs, attrs):
+    x = inputs[0]
+    if not x.dtype.is_floating:
+        raise TypeError(f"batch normalisation needs a floating input, got {x.dtype.name}")
+    channels = TensorShape([x.shape.dims[-1] if x.shape.dims else None])
+    for tensor in inputs[1:5]:
+        channels = channels.merge_with(tensor.shape)
+    stats_dtype = inputs[1].dtype
+    return [(x.shape, x.dtype)] + [(channels, stats_dtype)] * 4
+
+
+def _fused_grad_shape(inputs, attrs):
+    grad, x, scale = inputs[:3]
+    return [(x.shape, x.dtype), (scale.shape, scale.dtype), (scale.shape, scale.dtype)]
+
+
+# (x, scale, offset, mean, variance[, is_training]) ->
+#     (y, batch_mean, batch_variance (unbiased), saved_mean, saved_inv_std)
+register_op("FusedBatchNorm", _fused_shape)
+# (grad, x, scale, saved_mean, saved_inv_std[, is_training]) -> (dx, dscale, doffset)
+register_op("FusedBatchNormGrad", _fused_grad_shape)
+
+
+def _fused_batch_norm_grad(op, grad_y, *_unused_stat_grads):
+    x, scale = op.inputs[0], op.inputs[1]
+    inputs = [grad_y, x, scale, op.outputs[3], op.outputs[4]] + list(op.inputs[5:])
+    attrs = {"epsilon": op.attrs["epsilon"], "is_training": op.attrs["is_training"]}
+    grad_x, grad_scale, grad_offset = op.graph.create_op(
+        "FusedBatchNormGrad", inputs, attrs).outputs
+    return [grad_x, grad_scale, grad_offset, None, None] + [None] * (len(op.inputs) - 5)
+
+
+register_gradient("FusedBatchNorm", _fused_batch_norm_grad)
+
+
+def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001,
+                     data_format="NHWC", is_training=True, name=None):
+    """Batch normalisation over every axis but the last. Returns (y, batch_mean,
+    batch_variance); in training the statistics are the batch's (variance
+    unbiased, for moving averages), else ``mean``/``variance`` are used.
+    ``is_training`` may be a Python bool or a scalar bool tensor."""
+    if data_format not in ("NHWC", "N...C"):
+        raise ValueError(f"fused_batch_norm supports channels-last data only, got "
+                         f"{data_format!r}")
+    x = convert_to_tensor(x)
+    scale = convert_to_tensor(scale)
+    offset = convert_to_tensor(offset, dtype=scale.dtype)
+    mean = _stat_input(mean, scale, is_training, "mean")
+    variance = _stat_input(variance, scale, is_training, "variance")
+    inputs = [x, scale, offset, mean, variance]
+    attrs = {"epsilon": float(epsilon), "is_training": is_training}
+    if isinstance(is_training, Tensor):
+        if not is_training.dtype.is_bool:
+            raise TypeError(f"is_training must be a bool tensor, got {is_training.dtype.name}")
+        inputs.append(is_training)
+        attrs["is_training"] = None  # decided at run time by the extra input
+    else:
+        attrs["is_training"] = bool(is_training)
+    op = x.graph.create_op("FusedBatchNorm", inputs, attrs, name=name or "FusedBatchNorm")
+    return op.outputs[0], op.outputs[1], op.outputs[2]
+
+
+def _stat_input(value, scale, is_training, what):
+    if value is not None:
+        return convert_to_tensor(value, dtype=scale.dtype)
+    if is_training is False:
+        raise ValueError(f"fused_batch_norm in inference mode needs {what}=")
+    from .constant_ops import zeros_like
+    return zeros_like(scale)
+
+
+def moments(x, axes, shift=None, name=None, keepdims=False, keep_dims=None):
+    """(mean, variance) of ``x`` over ``axes``: ``mean, var = tf.nn.moments(x, [0])``."""
+    x = convert_to_tensor(x)
+    keepdims = bool(keepdims if keep_dims is None else keep_dims)
+    mean = math_ops.reduce_mean(x, axes, keepdims=True)
+    variance = math_ops.reduce_mean(math_ops.squared_difference(x, mean), axes,
+                                    keepdims=True)
+    if not keepdims:
+        from .array_ops import squeeze
+        mean, variance = squeeze(mean, axes), squeeze(variance, axes)
+    return mean, variance
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """(x - mean) * scale / sqrt(variance + eps) + offset, with broadcasting;
+    ``offset`` and ``scale`` may be None."""
+    x = convert_to_tensor(x)
+    inv = math_ops.rsqrt(variance + variance_epsilon)
+    if scale is not None:
+        inv = inv * scale
+    shifted = offset - mean * inv if offset is not None else -mean * inv
+    return math_ops.add(x * inv, shifted, name=name or "batchnorm")
+

@@ -1,0 +1,24 @@
+"""Stage 8: training — optimizers, the global step, learning-rate schedules
+(``tf.train``)::
+
+    step = tf.train.get_or_create_global_step()
+    lr = tf.train.exponential_decay(0.1, step, decay_steps=1000, decay_rate=0.9)
+    train_op = tf.train.AdamOptimizer(lr).minimize(loss, global_step=step)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())   # slots included
+        sess.run(train_op, feed_dict={x: batch})      # updates in place
+"""
+
+from .training_util import (create_global_step, get_global_step, get_or_create_global_step,
+                          global_step)
+from .optimizer import Optimizer
+from .optimizers import (AdamOptimizer, AdamWOptimizer, GradientDescentOptimizer,
+                         MomentumOptimizer)
+from .schedules import (cosine_decay, exponential_decay, learning_rate_schedule,
+                        linear_warmup, one_cycle, piecewise_constant)
+
+__all__ = ["AdamOptimizer", "AdamWOptimizer", "GradientDescentOptimizer",
+           "MomentumOptimizer", "Optimizer", "cosine_decay", "create_global_step",
+           "exponential_decay", "get_global_step", "get_or_create_global_step",
+           "global_step", "learning_rate_schedule", "linear_warmup", "one_cycle",
+           "piecewise_constant"]
