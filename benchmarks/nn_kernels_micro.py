@@ -10,6 +10,10 @@ autograd, with NCHW tensors and with channels-last ones (converted once,
 outside the timed region). Every time is the median over ``--repeats`` of
 the mean of a batch of calls, in µs; ratio = towerflow's time / the other's.
 Writes JSON (default: benchmarks/results/nn_kernels_micro.json).
+
+Importing towerflow keeps freed memory in the process (glibc mallopt, see
+``towerflow.backends.numpy_backend.retain_freed_memory``), for both
+contenders; ``TOWERFLOW_RETAIN_FREED_MEMORY=0`` measures glibc's defaults.
 """
 
 import argparse
@@ -84,7 +88,7 @@ def towerflow_conv(x, w, g):
 def towerflow_maxpool(x, g):
     attrs = {"ksize": (2, 2), "strides": (2, 2), "padding": "VALID"}
     pool, pool_grad = kernel("MaxPool", attrs), kernel("MaxPoolGrad", attrs)
-    return (lambda: pool(x)), (lambda: pool_grad(x, pool(x), g))
+    return (lambda: pool(x)), (lambda: pool_grad(x, pool(x)[1], g))
 
 
 def towerflow_xent(logits, labels, g):
@@ -199,16 +203,18 @@ def print_table(results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
-                                                       "nn_kernels_micro.json"))
+    parser.add_argument("--json", default=os.path.join(
+        os.path.dirname(__file__), "results", "nn_kernels_micro.json"))
     args = parser.parse_args()
+    retained = os.environ.get("TOWERFLOW_RETAIN_FREED_MEMORY", "1") != "0"
     if torch is not None:
         torch.set_num_threads(os.cpu_count())
     results = measure(args.repeats)
     print_table(results)
     meta = {"numpy": np.__version__, "torch": torch.__version__ if torch else None,
             "python": platform.python_version(), "cpus": os.cpu_count(),
-            "load_average": os.getloadavg(), "repeats": args.repeats, "dtype": "float32"}
+            "load_average": os.getloadavg(), "repeats": args.repeats, "dtype": "float32",
+            "retain_memory": retained}
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as out:
         json.dump({"meta": meta, "results": results}, out, indent=2)

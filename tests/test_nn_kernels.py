@@ -66,8 +66,9 @@ def call(name, attrs, *inputs, output_dtypes=None):
     for array, original in zip(inputs, before):
         np.testing.assert_array_equal(array, original, err_msg=f"{name} wrote an input")
     outputs = result if isinstance(result, tuple) else (result,)
-    if output_dtypes is None:
-        assert all(out.dtype == dtype for out in outputs), [out.dtype for out in outputs]
+    if output_dtypes is None:  # every float output keeps the input dtype (not MaxPool's winner)
+        floats = [out for out in outputs if out.dtype.kind == "f"]
+        assert all(out.dtype == dtype for out in floats), [out.dtype for out in outputs]
     return result
 
 
@@ -261,8 +262,8 @@ def test_pools_and_their_grads_match_loops(x_shape, ksize, strides, padding, kin
     _, dx_ref = ref_pool(kind, x, ksize, strides, padding, g)
     x, g = x.astype(dtype), g.astype(dtype)
     if kind == "max":
-        y = call("MaxPool", attrs, x)
-        dx = call("MaxPoolGrad", attrs, x, y, g)
+        y, winner = call("MaxPool", attrs, x)
+        dx = call("MaxPoolGrad", attrs, x, winner, g)
     else:
         y = call("AvgPool", attrs, x)
         dx = call("AvgPoolGrad", attrs, x, g)
@@ -277,10 +278,12 @@ def test_pool_grads_match_finite_differences(x_shape, ksize, strides, padding, k
     attrs = {"ksize": ksize, "strides": strides, "padding": padding}
     x = distinct(x_shape, 10)
     pool = kernel("MaxPool" if kind == "max" else "AvgPool", attrs)
+    if kind == "max":
+        max_pool, pool = pool, lambda x: max_pool(x)[0]
     y = pool(x)
     weights = random(y.shape, 11)
-    dx = (call("MaxPoolGrad", attrs, x, y, weights) if kind == "max"
-          else call("AvgPoolGrad", attrs, x, weights))
+    dx = (call("MaxPoolGrad", attrs, x, call("MaxPool", attrs, x)[1], weights)
+          if kind == "max" else call("AvgPoolGrad", attrs, x, weights))
     np.testing.assert_allclose(dx, numeric_grad(pool, [x], 0, weights), atol=1e-7)
 
 
@@ -288,16 +291,17 @@ def test_pool_grads_match_finite_differences(x_shape, ksize, strides, padding, k
 def test_max_pool_grad_breaks_ties_towards_the_first_maximum(x_shape, ksize, strides, padding):
     x = np.random.default_rng(12).integers(0, 2, x_shape).astype(np.float32)
     attrs = {"ksize": ksize, "strides": strides, "padding": padding}
-    y = call("MaxPool", attrs, x)
+    y, winner = call("MaxPool", attrs, x)
     g = random(y.shape, 13).astype(np.float32)
     _, dx_ref = ref_pool("max", x.astype(np.float64), ksize, strides, padding, g)
-    close(call("MaxPoolGrad", attrs, x, y, g), dx_ref, np.float32)
+    close(call("MaxPoolGrad", attrs, x, winner, g), dx_ref, np.float32)
 
 
 def test_max_pool_grad_keeps_an_infinite_gradient_on_the_maximum():
     attrs = {"ksize": (2, 2), "strides": (2, 2), "padding": "VALID"}
     x = np.array([[1.0, 2.0], [3.0, 0.0]]).reshape(1, 2, 2, 1)
-    dx = call("MaxPoolGrad", attrs, x, np.full((1, 1, 1, 1), 3.0), np.full((1, 1, 1, 1), np.inf))
+    _, winner = call("MaxPool", attrs, x)
+    dx = call("MaxPoolGrad", attrs, x, winner, np.full((1, 1, 1, 1), np.inf))
     np.testing.assert_array_equal(dx[0, :, :, 0], [[0.0, 0.0], [np.inf, 0.0]])
 
 
@@ -491,7 +495,7 @@ def test_pools_agree_with_torch(x_shape, ksize, strides, padding, kind):
     pads = torch_pad(x_shape, ksize, strides, padding)
     x_t = to_torch(x)
     if kind == "max":
-        y = call("MaxPool", attrs, x)
+        y, winner = call("MaxPool", attrs, x)
         y_t = F.max_pool2d(F.pad(x_t, pads, value=-math.inf), ksize, strides)
     else:
         y = call("AvgPool", attrs, x)
@@ -499,7 +503,7 @@ def test_pools_agree_with_torch(x_shape, ksize, strides, padding, kind):
         y_t = F.avg_pool2d(F.pad(x_t, pads), ksize, strides) / real
     g = random(y.shape, 64)
     y_t.backward(torch.from_numpy(g.transpose(0, 3, 1, 2).copy()))
-    dx = (call("MaxPoolGrad", attrs, x, y, g) if kind == "max"
+    dx = (call("MaxPoolGrad", attrs, x, winner, g) if kind == "max"
           else call("AvgPoolGrad", attrs, x, g))
     close(y, from_torch(y_t), np.float64)
     close(dx, from_torch(x_t.grad), np.float64)

@@ -87,7 +87,7 @@ class Plan:
         if op.type == "Const":
             self._initial[out_slots[0]] = kernel()  # folded: made once, reused every run
             return
-        self._add_step(_make_step(kernel, in_slots, out_slots), op)
+        self._add_step(_make_step(kernel, in_slots, out_slots, op.op_def.variadic_outputs), op)
 
     def _forwards_without_a_step(self, op, device, in_slots):
         """Identity-like ops share their input's slot and NoOps order nothing in
@@ -223,10 +223,10 @@ def _coerce_feed(value, dtype, tensor):
     return array.astype(dtype)
 
 
-def _make_step(kernel, in_slots, out_slots):
+def _make_step(kernel, in_slots, out_slots, returns_sequence=False):
     """A closure running ``kernel`` on the slots; specialised by arity because
     this is the innermost loop of every ``Session.run``."""
-    if len(out_slots) == 1:
+    if len(out_slots) == 1 and not returns_sequence:
         out = out_slots[0]
         if not in_slots:
             def step(slots):

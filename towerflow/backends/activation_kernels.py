@@ -118,8 +118,8 @@ def _gelu_grad(xp, approximate, dtype):
 
 
 def _seeded_stream(xp, ctx):
-    graph_seed, op_seed = ctx.attrs["seed"]
-    seed = None if graph_seed is None else [graph_seed, op_seed]
+    seed = ctx.attrs["seed"]  # (graph seed, op seed[, tower]) or (None, None)
+    seed = None if seed[0] is None else list(seed)
     return ctx.resource(("random", ctx.op), lambda: xp.random.default_rng(seed))
 
 

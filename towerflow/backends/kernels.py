@@ -17,6 +17,7 @@ from .. import errors
 from .activation_kernels import build_activation_kernels
 from .gradient_kernels import build_gradient_kernels
 from .nn_kernels import build_nn_kernels
+from .parallel_kernels import build_parallel_kernels
 from .training_kernels import build_training_kernels
 
 
@@ -33,6 +34,7 @@ def build_kernels(xp):
     table.update(build_activation_kernels(xp))
     table.update(build_nn_kernels(xp))
     table.update(build_training_kernels(xp))
+    table.update(build_parallel_kernels(xp))
     for name in ("FusedBatchNorm", "FusedBatchNormGrad"):
         table[name] = _training_switch(table[name])
     return table
@@ -238,8 +240,8 @@ def _bound_method(name, argument):
 
 def _random_kernels(xp):
     def stream(ctx):
-        graph_seed, op_seed = ctx.attrs["seed"]
-        seed = None if graph_seed is None else [graph_seed, op_seed]
+        seed = ctx.attrs["seed"]  # (graph seed, op seed[, tower]) or (None, None)
+        seed = None if seed[0] is None else list(seed)
         return ctx.resource(("random", ctx.op), lambda: xp.random.default_rng(seed))
 
     def normal(ctx):
@@ -332,7 +334,10 @@ def _state_kernels(xp):
             return update_in_place
         return make
 
-    return {"VariableV2": variable, "Assign": assign,
+    def read_variable(ctx):
+        return variable(_VariableReadContext(ctx, ctx.attrs["variable"]))
+
+    return {"VariableV2": variable, "ReadVariable": read_variable, "Assign": assign,
             "AssignAdd": update(xp.add), "AssignSub": update(xp.subtract)}
 
 

@@ -284,20 +284,11 @@ def _pool_kernels(xp):
     def max_pool(ctx):
         layout_of, dtype = _layout_maker(ctx.attrs), np.dtype(ctx.output_dtypes[0])
         lowest = -np.inf if dtype.kind == "f" else np.iinfo(dtype).min   # padding never wins
-        return lambda x: _reduce_taps(xp, xp.maximum, x, layout_of(x.shape), lowest)
+        return lambda x: _max_pool_with_winner(xp, x, layout_of(x.shape), lowest)
 
     def max_pool_grad(ctx):
         layout_of = _layout_maker(ctx.attrs)
-
-        def grad_fn(x, y, grad):
-            lay = layout_of(x.shape)
-            # NOTE: routing by multiplying with the hit mask would turn an inf
-            # gradient into NaNs (inf * 0) off the maximum; select instead then.
-            finite = bool(xp.isfinite(y.sum() + grad.sum()))
-            dx = _max_pool_grad_tiles(xp, x, y, grad, lay) if finite and lay.tiles else None
-            return dx if dx is not None else \
-                _max_pool_grad_taps(xp, x, y, grad, lay, select=not finite)
-        return grad_fn
+        return lambda x, winner, grad: _max_pool_grad(xp, x, winner, grad, layout_of(x.shape))
 
     def avg_pool(ctx):
         layout_of, dtype, scales = _layout_maker(ctx.attrs), ctx.output_dtypes[0], {}
@@ -352,30 +343,64 @@ def _reduce_taps(xp, ufunc, x, lay, fill):
     return out
 
 
-def _max_pool_grad_taps(xp, x, y, grad, lay, select):
-    """Route each window's gradient to its first maximum, taps in row-major order.
-    ``select``: pick with where (exact for inf and NaN gradients, and slower)."""
-    dx = xp.zeros(x.shape, grad.dtype)
-    pending = grad.copy()              # gradient not yet routed to a maximum
-    for tap in lay.taps:
-        left = pending[tap.out_index]
-        hit = x[tap.in_index] == y[tap.out_index]
-        routed = xp.where(hit, left, 0) if select else left * hit
-        _add_into(dx[tap.in_index], routed)
-        if select:
-            xp.copyto(left, 0, where=hit)
+def _max_pool_with_winner(xp, x, lay, lowest):
+    """(max over each window, which taps of the window hold that maximum).
+
+    The second output is a bit mask (bit k: tap k, row-major, equals the max);
+    the gradient picks the lowest set bit, TensorFlow's first maximum. With
+    more than 64 taps it is the index of the first maximum instead.
+
+    NOTE: recording the maxima here keeps the backward pass to cheap integer
+    ops on small arrays; rediscovering them from x and y there was slow
+    exactly where ties are common (after a ReLU)."""
+    out = _reduce_taps(xp, xp.maximum, x, lay, lowest)
+    code_dtype = _CODE_DTYPES.get(max(8, 1 << (len(lay.taps) - 1).bit_length()))
+    if code_dtype is None:
+        return out, _first_max_index(xp, x, out, lay)
+    code = xp.zeros(out.shape, code_dtype)
+    hit = xp.empty(out.shape, bool)
+    for bit, tap in enumerate(lay.taps):
+        region, hit_region = code[tap.out_index], hit[tap.out_index]
+        xp.equal(x[tap.in_index], out[tap.out_index], out=hit_region)
+        region += hit_region.astype(code_dtype, copy=False) * code_dtype(1 << bit)
+    return out, code
+
+
+_CODE_DTYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def _first_max_index(xp, x, out, lay):
+    """Index of each window's first maximum (for windows of more than 64 taps)."""
+    index = xp.full(out.shape, len(lay.taps), np.int32)
+    for position in reversed(range(len(lay.taps))):
+        tap = lay.taps[position]
+        xp.copyto(index[tap.out_index], position, where=x[tap.in_index] == out[tap.out_index])
+    return index
+
+
+def _max_pool_grad(xp, x, code, grad, lay):
+    """Each window's gradient to its first maximum; overlapping windows add up.
+    An infinite gradient is selected, never multiplied (inf * 0 would be NaN)."""
+    finite = bool(xp.isfinite(grad.sum()))
+    exact_cover = lay.tiles and (lay.out_h * lay.window[0], lay.out_w * lay.window[1]) == \
+        tuple(x.shape[1:3])
+    dx = xp.empty(x.shape, grad.dtype) if exact_cover else xp.zeros(x.shape, grad.dtype)
+    for position, tap in enumerate(lay.taps):
+        first = _is_first_max(code[tap.out_index], position)
+        routed = grad[tap.out_index] * first if finite else \
+            xp.where(first, grad[tap.out_index], 0)
+        if exact_cover:
+            dx[tap.in_index] = routed
         else:
-            left -= routed             # exactly 0 where routed, unchanged elsewhere
+            _add_into(dx[tap.in_index], routed)
     return dx
 
 
-def _max_pool_grad_tiles(xp, x, y, grad, lay):
-    """Tiling windows, finite values: one compare and one product over x when every
-    window has exactly one maximum; None (use the tap loop) if some window has ties."""
-    hits = _tile_view(x, lay) == y[:, :, None, :, None, :]
-    if int(xp.count_nonzero(hits)) != y.size:
-        return None
-    return _untile(xp, hits * grad[:, :, None, :, None, :], x.shape)
+def _is_first_max(code, position):
+    if code.dtype == np.int32:  # an index, not a bit mask
+        return code == position
+    lower_and_own = code.dtype.type((1 << (position + 1)) - 1)
+    return (code & lower_and_own) == code.dtype.type(1 << position)
 
 
 def _avg_pool_grad_tiles(xp, grad, shape, lay):

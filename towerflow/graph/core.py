@@ -144,6 +144,7 @@ class Graph:
         self._colocation_stack = []
         self._collections = {}
         self.seed = None
+        self.tower_index = 0  # set while a data-parallel tower is built (random streams)
         self._lock = threading.Lock()
 
     # -- scopes ---------------------------------------------------------------

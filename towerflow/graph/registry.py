@@ -30,7 +30,9 @@ class OpDef:
     - ``aliases_state``: the output *is* stored state (a variable's buffer, a
       folded constant), so a fetched value must be copied;
     - ``forwards_input``: the output is the first input itself (Identity), so
-      the plan passes the value on without running anything.
+      the plan passes the value on without running anything;
+    - ``variadic_outputs``: the number of outputs depends on attributes (Split),
+      and the kernel always returns a sequence, even of one.
     """
 
     op_type: str
@@ -40,16 +42,18 @@ class OpDef:
     aliases_input: bool = False
     aliases_state: bool = False
     forwards_input: bool = False
+    variadic_outputs: bool = False
     gradient: Optional[Callable] = None
 
 
 def register_op(op_type, shape_fn, kernel=None, stateful=False, aliases_input=False,
-                aliases_state=False, forwards_input=False):
+                aliases_state=False, forwards_input=False, variadic_outputs=False):
     """Define ``op_type``; defining one twice is a programming error."""
     if op_type in _OP_DEFS:
         raise KeyError(f"op type {op_type!r} is already registered")
     op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful,
-                   aliases_input or forwards_input, aliases_state, forwards_input)
+                   aliases_input or forwards_input, aliases_state, forwards_input,
+                   variadic_outputs)
     _OP_DEFS[op_type] = op_def
     return op_def
 

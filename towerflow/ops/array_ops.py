@@ -105,7 +105,7 @@ def _with_dim(shape, axis, size):
 
 # NOTE: the pieces are views of the input: fetching one must copy it when
 # the input is a variable's or a constant's buffer.
-register_op("Split", _split_shape, aliases_input=True)
+register_op("Split", _split_shape, aliases_input=True, variadic_outputs=True)
 
 
 def split(value, num_or_size_splits, axis=0, num=None, name="split"):
@@ -260,7 +260,7 @@ def _unpack_shape(inputs, attrs):
     return [(TensorShape(dims), x.dtype)] * count
 
 
-register_op("Unpack", _unpack_shape, aliases_input=True)
+register_op("Unpack", _unpack_shape, aliases_input=True, variadic_outputs=True)
 
 
 def unstack(value, num=None, axis=0, name="unstack"):
@@ -298,7 +298,7 @@ def _concat_grad_shape(inputs, attrs):
 
 
 # (grad, *inputs) -> grad split along the concat axis by the inputs' run-time sizes.
-register_op("ConcatGrad", _concat_grad_shape, aliases_input=True)
+register_op("ConcatGrad", _concat_grad_shape, aliases_input=True, variadic_outputs=True)
 
 
 def _concat_grad(op, grad):

@@ -6,6 +6,7 @@ in_channels, out_channels]. The Conv2D op also outputs its im2col patch
 matrix, which the filter gradient reuses instead of rebuilding it.
 """
 
+from .. import dtypes
 from ..graph.registry import register_gradient, register_op
 from ..graph.shapes import TensorShape
 from .constant_ops import convert_to_tensor
@@ -121,9 +122,16 @@ def _pool_shape(inputs, attrs):
                           channels), x.dtype)]
 
 
-register_op("MaxPool", _pool_shape)
+def _max_pool_shape(inputs, attrs):
+    ((shape, dtype),) = _pool_shape(inputs, attrs)
+    return [(shape, dtype), (shape, dtypes.uint8)]
+
+
+# (x) -> (y, winner): winner is the index, within its window, of each output's
+# first maximum, which the gradient routes to.
+register_op("MaxPool", _max_pool_shape)
 register_op("AvgPool", _pool_shape)
-# (x, y, grad) -> grad w.r.t. x;  (x, grad) -> grad w.r.t. x
+# (x, winner, grad) -> grad w.r.t. x;  (x, grad) -> grad w.r.t. x
 register_op("MaxPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)])
 register_op("AvgPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)])
 
@@ -160,7 +168,7 @@ def _pool_attrs(op):
     return {key: op.attrs[key] for key in ("ksize", "strides", "padding")}
 
 
-register_gradient("MaxPool", lambda op, g: [op.graph.create_op(
-    "MaxPoolGrad", [op.inputs[0], op.outputs[0], g], _pool_attrs(op)).outputs[0]])
+register_gradient("MaxPool", lambda op, g, _g_winner: [op.graph.create_op(
+    "MaxPoolGrad", [op.inputs[0], op.outputs[1], g], _pool_attrs(op)).outputs[0]])
 register_gradient("AvgPool", lambda op, g: [op.graph.create_op(
     "AvgPoolGrad", [op.inputs[0], g], _pool_attrs(op)).outputs[0]])

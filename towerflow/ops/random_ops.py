@@ -17,13 +17,17 @@ def set_random_seed(seed):
 
 
 def get_seed(op_seed):
-    """The (graph seed, op seed) pair for a new random op; (None, None) = unseeded."""
+    """The seed of a new random op: (graph seed, op seed), plus the tower index
+    inside towers 1, 2, ... so each tower draws its own stream from the same
+    seeds; (None, None) = unseeded."""
     graph = core.get_default_graph()
     if graph.seed is not None:
-        return graph.seed, int(op_seed) if op_seed is not None else len(graph._ops)
-    if op_seed is not None:
-        return DEFAULT_GRAPH_SEED, int(op_seed)
-    return None, None
+        seed = graph.seed, int(op_seed) if op_seed is not None else len(graph._ops)
+    elif op_seed is not None:
+        seed = DEFAULT_GRAPH_SEED, int(op_seed)
+    else:
+        return None, None
+    return seed + (graph.tower_index,) if graph.tower_index else seed
 
 
 def _random_shape(inputs, attrs):

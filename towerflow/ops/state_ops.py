@@ -39,6 +39,11 @@ register_op("VariableV2", _variable_shape, stateful=True, aliases_state=True)
 register_op("Assign", _assign_shape, stateful=True, aliases_state=True)
 register_op("AssignAdd", _assign_shape, stateful=True, aliases_state=True)
 register_op("AssignSub", _assign_shape, stateful=True, aliases_state=True)
+# A read of the variable at the point where the op runs (so it respects control
+# dependencies, unlike the storage op, which runs where it was created).
+register_op("ReadVariable", lambda inputs, attrs: _variable_shape(inputs, {
+    "shape": attrs["variable"].outputs[0].shape, "dtype": attrs["variable"].outputs[0].dtype}),
+    stateful=True, aliases_state=True)
 
 
 class Variable:
@@ -97,7 +102,13 @@ class Variable:
         """The tensor that reads this variable (``w/read``)."""
         return self._snapshot
 
-    read_value = value
+    def read_value(self):
+        """A new read of the variable, made where the op runs: inside
+        ``tf.control_dependencies`` it sees the effect of those ops."""
+        graph = self._variable_op.graph
+        with graph.colocate_with(self._variable_op):
+            return graph.create_op("ReadVariable", [], {"variable": self._variable_op},
+                                   name="read_value").outputs[0]
 
     def _as_graph_element(self):
         return self._snapshot
@@ -169,4 +180,4 @@ def assign_sub(ref, value, name=None):
 
 
 
-register_not_differentiable("VariableV2", "Assign", "AssignAdd", "AssignSub")
+register_not_differentiable("VariableV2", "ReadVariable", "Assign", "AssignAdd", "AssignSub")

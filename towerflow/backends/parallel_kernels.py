@@ -1,0 +1,53 @@
+"""Kernels of the tower ops (sharding, weighting, gradient buckets), written
+against ``xp``."""
+
+import math
+
+
+def shard_bounds(batch, num_shards, index):
+    """[start, end) of shard ``index`` of ``batch`` examples (numpy.array_split)."""
+    base, extra = divmod(batch, num_shards)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+def build_parallel_kernels(xp):
+    """The tower-op kernel table for array module ``xp``."""
+    def shard(ctx):
+        count, index = ctx.attrs["num_shards"], ctx.attrs["index"]
+
+        def take(x):
+            start, end = shard_bounds(x.shape[0], count, index)
+            return x[start:end]
+        return take
+
+    def fraction(ctx):
+        count, index, dtype = ctx.attrs["num_shards"], ctx.attrs["index"], ctx.output_dtypes[0]
+
+        def share(x):
+            start, end = shard_bounds(x.shape[0], count, index)
+            return dtype.type((end - start) / x.shape[0] if x.shape[0] else 0.0)
+        return share
+
+    def scale_or_zero(t, weight):
+        # NOTE: an empty shard's mean is NaN, and NaN * 0 is NaN: select instead.
+        return t * weight if weight != 0 else xp.zeros_like(t)
+
+    def pack(*tensors):
+        return xp.concatenate([t.reshape(-1) for t in tensors])
+
+    def unpack(ctx):
+        shapes = ctx.attrs["shapes"]
+        sizes = [math.prod(shape) for shape in shapes]
+
+        def split(flat):
+            pieces, start = [], 0
+            for shape, size in zip(shapes, sizes):
+                pieces.append(flat[start:start + size].reshape(shape))
+                start += size
+            return tuple(pieces)
+        return split
+
+    return {"ShardBatch": shard, "ShardFraction": fraction,
+            "ScaleOrZero": lambda ctx: scale_or_zero, "PackBucket": lambda ctx: pack,
+            "UnpackBucket": unpack}

@@ -1,0 +1,108 @@
+"""All-reduce behind one interface.
+
+A :class:`Communicator` sums, element by element, the same list of tensors
+(gradient buckets) across towers and hands each tower the sum on its own
+device. Implementations here build graph ops, so the plan runs the
+reduction with the rest of the step:
+
+- ``cpu``: every tower's bucket is copied to /cpu:0 and summed there in tower
+  order (SEED_PROGRAMS.md P4's ``add_n`` on the CPU), then copied back;
+- ``local``: the sum runs on the first tower's device, for towers on logical
+  devices that share one physical device (NCCL refuses two ranks on one GPU).
+
+``choose(devices, all_reduce)`` resolves ``'auto'`` and logs its choice once.
+"""
+
+from ..device import DeviceSpec, runtime
+from ..log import logger
+from ..ops import array_ops, math_ops
+
+ALL_REDUCE_CHOICES = ("auto", "cpu", "local", "nccl", "mpi")
+
+
+class Communicator:
+    """Sums tensors across towers; see the module docstring."""
+
+    name = None
+
+    def all_reduce(self, tower_values, devices, graph):
+        """``tower_values[i]``: tower i's tensors (same order and shapes on every
+        tower). Returns, per tower, the sums placed on that tower's device."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _hand_back(total, devices, graph, index):
+        """One read of ``total`` per tower, pinned to the tower's device (the plan
+        copies across devices for real)."""
+        results = []
+        for rank, device in enumerate(devices):
+            with graph.device(device):
+                results.append(array_ops.identity(total, name=f"reduced_{index}_tower_{rank}"))
+        return results
+
+    def _sum_on(self, reduce_device, tower_values, devices, graph):
+        per_tower = [[] for _ in devices]
+        with graph.name_scope(f"all_reduce_{self.name}"):
+            for index in range(len(tower_values[0])):
+                with graph.device(reduce_device):
+                    total = math_ops.add_n([values[index] for values in tower_values],
+                                           name=f"sum_{index}")
+                for rank, reduced in enumerate(self._hand_back(total, devices, graph, index)):
+                    per_tower[rank].append(reduced)
+        return per_tower
+
+
+class CpuCommunicator(Communicator):
+    """Sum on /cpu:0 in a fixed tower order."""
+
+    name = "cpu"
+
+    def all_reduce(self, tower_values, devices, graph):
+        return self._sum_on("/cpu:0", tower_values, devices, graph)
+
+
+class LocalCommunicator(Communicator):
+    """Sum on the first tower's device (towers sharing one physical device)."""
+
+    name = "local"
+
+    def all_reduce(self, tower_values, devices, graph):
+        return self._sum_on(devices[0], tower_values, devices, graph)
+
+
+_COMMUNICATORS = {"cpu": CpuCommunicator, "local": LocalCommunicator}
+_logged_choices = set()
+
+
+def choose(devices, all_reduce="auto"):
+    """The communicator for towers on ``devices`` (device strings)."""
+    if all_reduce not in ALL_REDUCE_CHOICES:
+        raise ValueError(f"all_reduce={all_reduce!r}: expected one of "
+                         f"{', '.join(map(repr, ALL_REDUCE_CHOICES))}")
+    name = _auto(devices) if all_reduce == "auto" else all_reduce
+    if name not in _COMMUNICATORS:
+        raise NotImplementedError(
+            f"all_reduce={name!r} is not available in this version of towerflow; use "
+            "'cpu' or 'local'")
+    if all_reduce == "auto" and tuple(devices) not in _logged_choices:
+        _logged_choices.add(tuple(devices))
+        logger.info("all_reduce='auto' chose %r for %d towers on %s", name, len(devices),
+                    ", ".join(devices))
+    return _COMMUNICATORS[name]()
+
+
+def _auto(devices):
+    """'local' when every tower is a logical device of one physical device
+    (logical CPUs of the host, or logical GPUs of one card); 'cpu' otherwise."""
+    return "local" if len({_physical_of(device) for device in devices}) == 1 else "cpu"
+
+
+def _physical_of(device):
+    """('CPU', None) for any CPU; ('GPU', physical index) for a GPU."""
+    spec = DeviceSpec.from_string(device)
+    if spec.device_type != "GPU":
+        return ("CPU", None)
+    for logical in runtime.peek_logical_devices():
+        if logical.device_type == "GPU" and logical.index == (spec.device_index or 0):
+            return ("GPU", logical.gpu.index)
+    return ("GPU", spec.device_index)

@@ -1,0 +1,200 @@
+"""Data-parallel towers: one model function, one tower per device.
+
+::
+
+    strategy = tf.parallel.DataParallel(['/cpu:0', '/cpu:1'], all_reduce='cpu')
+    step = strategy.minimize(tower_fn, (images, labels), optimizer, global_step=step)
+    sess.run(tf.global_variables_initializer())     # replicas start equal
+    _, loss = sess.run([step.train_op, step.loss], feed_dict=...)
+
+``tower_fn(inputs)`` builds the model on its shard of the global batch and
+returns the mean loss over that shard, or ``(loss, {name: mean metric})``.
+It is called once per device, under ``tf.device(device)`` and
+``tf.name_scope('tower_<i>')``. Variables are mirrored: tower 0 creates and
+initialises them; each other tower's copies are initialised *from* tower 0
+(a broadcast), so replicas start bit-identical. Each tower's gradients are
+weighted by its share of the global batch (n_i / B), summed across towers by
+the communicator in gradient buckets, and every replica applies the same
+update, so replicas stay bit-identical and the result equals one device
+training on the whole batch.
+"""
+
+import collections
+import contextlib
+
+from ..graph import core
+from ..graph.core import GraphKeys
+from ..ops import math_ops
+from . import buckets, communicators, sharding
+
+TrainStep = collections.namedtuple(
+    "TrainStep", ["train_op", "loss", "metrics", "tower_losses", "variables", "replicas"])
+
+
+class DataParallel:
+    """Towers on ``devices`` (default: every GPU, else every logical CPU)."""
+
+    def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20):
+        self.devices = list(devices) if devices is not None else default_devices()
+        if not self.devices:
+            raise ValueError("DataParallel needs at least one device")
+        self.communicator = communicators.choose(self.devices, all_reduce)
+        self.bucket_bytes = int(bucket_bytes)
+
+    @property
+    def num_towers(self):
+        return len(self.devices)
+
+    def minimize(self, tower_fn, inputs, optimizer, global_step=None):
+        """Build the towers, the all-reduce and the update; returns a TrainStep
+        with the train op, the global loss and metrics (means over the global
+        batch), each tower's loss, tower 0's variables and all replicas."""
+        graph = core.get_default_graph()
+        flat_inputs = _flatten(inputs)
+        towers = [self._build_tower(graph, tower_fn, inputs, flat_inputs, index)
+                  for index in range(self.num_towers)]
+        replicas = _mirror(graph, [tower.variables for tower in towers], self.devices)
+        reduced = self._reduced_gradients(graph, towers, replicas)
+        grads_and_vars = [(grad, var) for tower_grads, tower_vars in zip(reduced, replicas)
+                          for grad, var in zip(tower_grads, tower_vars)]
+        train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+        loss, metrics = _global_values(graph, towers)
+        return TrainStep(train_op, loss, metrics, [tower.loss for tower in towers],
+                         replicas[0], replicas)
+
+    # -- building ------------------------------------------------------------------
+
+    def _build_tower(self, graph, tower_fn, inputs, flat_inputs, index):
+        before = set(map(id, graph.get_collection(GraphKeys.TRAINABLE_VARIABLES)))
+        shards = [sharding.shard(tensor, self.num_towers, index) for tensor in flat_inputs]
+        fraction = sharding.shard_fraction(flat_inputs[0], self.num_towers, index)
+        with graph.device(self.devices[index]), graph.name_scope(f"tower_{index}"), \
+                _tower_index(graph, index):
+            loss, metrics = _loss_and_metrics(tower_fn(_unflatten(inputs, shards)))
+        created = [var for var in graph.get_collection(GraphKeys.TRAINABLE_VARIABLES)
+                   if id(var) not in before]
+        return _Tower(index, loss, metrics, fraction, created)
+
+    def _reduced_gradients(self, graph, towers, replicas):
+        """Per tower, the gradients of the global-batch mean loss, summed across
+        towers, in the order of ``replicas[tower]``."""
+        weighted = []
+        for tower, variables in zip(towers, replicas):
+            with graph.device(self.devices[tower.index]), \
+                    graph.name_scope(f"tower_{tower.index}_gradients"):
+                grads = _gradients(tower.loss, variables)
+                weighted.append([sharding.scale_or_zero(grad, tower.fraction) for grad in grads])
+        plan = buckets.plan_buckets(weighted[0], self.bucket_bytes)
+        packed = [self._pack(graph, grads, plan, rank) for rank, grads in enumerate(weighted)]
+        summed = self.communicator.all_reduce(packed, self.devices, graph)
+        return [self._unpack(graph, sums, grads, plan, rank)
+                for rank, (sums, grads) in enumerate(zip(summed, weighted))]
+
+    def _pack(self, graph, grads, plan, rank):
+        with graph.device(self.devices[rank]), graph.name_scope(f"tower_{rank}_buckets"):
+            return [buckets.pack([grads[i] for i in bucket]) for bucket in plan]
+
+    def _unpack(self, graph, sums, grads, plan, rank):
+        result = [None] * len(grads)
+        with graph.device(self.devices[rank]), graph.name_scope(f"tower_{rank}_buckets"):
+            for bucket, total in zip(plan, sums):
+                for index, piece in zip(bucket, buckets.unpack(total, [grads[i] for i in bucket])):
+                    result[index] = piece
+        return result
+
+
+@contextlib.contextmanager
+def _tower_index(graph, index):
+    """Random ops built inside draw tower ``index``'s own seeded stream."""
+    graph.tower_index = index
+    try:
+        yield
+    finally:
+        graph.tower_index = 0
+
+
+class _Tower:
+    def __init__(self, index, loss, metrics, fraction, variables):
+        self.index, self.loss, self.metrics = index, loss, metrics
+        self.fraction, self.variables = fraction, variables
+
+
+def default_devices():
+    """Every visible GPU, else every logical CPU, as device strings."""
+    from ..device import runtime
+    devices = runtime.logical_devices()
+    gpus = [d for d in devices if d.device_type == "GPU"]
+    chosen = gpus or [d for d in devices if d.device_type == "CPU"]
+    return [f"/{d.device_type.lower()}:{d.index}" for d in chosen]
+
+
+def _flatten(inputs):
+    from ..ops.constant_ops import convert_to_tensor
+    flat = [convert_to_tensor(t) for t in (inputs if isinstance(inputs, (list, tuple))
+                                           else [inputs])]
+    if not flat:
+        raise ValueError("DataParallel needs at least one input tensor to shard")
+    return flat
+
+
+def _unflatten(inputs, shards):
+    if isinstance(inputs, (list, tuple)):
+        return type(inputs)(shards)
+    return shards[0]
+
+
+def _loss_and_metrics(result):
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result
+    return result, {}
+
+
+def _gradients(loss, variables):
+    from .. import autodiff
+    grads = autodiff.gradients(loss, variables)
+    missing = [var.name for var, grad in zip(variables, grads) if grad is None]
+    if missing:
+        raise ValueError(f"The tower loss does not depend on the variables {missing}; "
+                         "create only trainable variables the loss uses inside tower_fn")
+    return grads
+
+
+def _mirror(graph, tower_variables, devices):
+    """Make every tower's variables replicas of tower 0's: same shapes, and
+    initialised from tower 0's values. Returns the per-tower lists."""
+    first = tower_variables[0]
+    for index, variables in enumerate(tower_variables[1:], start=1):
+        if [(v.shape, v.dtype) for v in variables] != [(v.shape, v.dtype) for v in first]:
+            raise ValueError(f"tower {index} created variables {[v.name for v in variables]} "
+                             f"but tower 0 created {[v.name for v in first]}: tower_fn must "
+                             "create the same variables on every call")
+        for replica, source in zip(variables, first):
+            _initialise_from(graph, replica, source)
+            _hide_from_trainables(graph, replica)
+    return tower_variables
+
+
+def _initialise_from(graph, replica, source):
+    """Replace ``replica``'s initializer by a copy of ``source`` after ``source``
+    is initialised: the broadcast from replica 0."""
+    with graph.control_dependencies([source.initializer]):
+        value = source.read_value()
+    replica._initializer = replica.assign(value, name="broadcast").op
+
+
+def _hide_from_trainables(graph, replica):
+    """Replicas are updated by the strategy, not by optimizers over
+    tf.trainable_variables(): one logical variable, N physical copies."""
+    trainables = graph.get_collection_ref(GraphKeys.TRAINABLE_VARIABLES)
+    trainables[:] = [var for var in trainables if var is not replica]
+
+
+def _global_values(graph, towers):
+    """The global loss and metrics: sums of each tower's mean weighted by its share."""
+    with graph.device("/cpu:0"), graph.name_scope("global"):
+        loss = math_ops.add_n([sharding.scale_or_zero(t.loss, t.fraction) for t in towers],
+                              name="loss")
+        metrics = {name: math_ops.add_n([sharding.scale_or_zero(t.metrics[name], t.fraction)
+                                         for t in towers], name=name)
+                   for name in towers[0].metrics}
+    return loss, metrics
