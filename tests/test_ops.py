@@ -358,6 +358,7 @@ NOT_COVERED_HERE = {
     "ReadVariable",                                       # variable tests
     # towers: sharding, weighting and gradient buckets: test_parallel.py
     "ShardBatch", "ShardFraction", "ScaleOrZero", "PackBucket", "UnpackBucket",
+    "MpiAllReduce", "MpiBroadcast",                       # real MPI ranks: test_mpi.py
 }
 
 # -- running and checking ----------------------------------------------------------

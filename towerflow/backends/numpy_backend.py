@@ -7,6 +7,7 @@ import numpy as np
 
 from ..graph import registry
 from . import register_backend
+from .collective_kernels import build_collective_kernels
 from .kernels import build_kernels
 
 
@@ -33,6 +34,7 @@ def retain_freed_memory():
 
 retain_freed_memory()
 KERNELS = build_kernels(np)
+KERNELS.update(build_collective_kernels())  # MPI moves host arrays
 registry.register_kernels("CPU", KERNELS)
 
 

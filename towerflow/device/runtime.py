@@ -12,6 +12,7 @@ the first Session or ``tf.config.list_logical_devices``) freezes all that::
 """
 
 import dataclasses
+import os
 import threading
 
 from towerflow.device import physical
@@ -56,7 +57,17 @@ class _State:
         self.configs = {}          # physical name -> tuple of configurations
         self.growth = {}           # physical name -> bool
         self.devices = None        # the frozen logical devices, once initialised
-        self.task = ("localhost", 0, 0)
+        self.task = _task_from_launcher()
+
+
+def _task_from_launcher():
+    """('worker', 0, rank) in a process started by mpiexec, so canonical device
+    names carry the task (/job:worker/replica:0/task:1/device:CPU:0); else
+    ('localhost', 0, 0)."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+        if name in os.environ:
+            return ("worker", 0, int(os.environ[name]))
+    return ("localhost", 0, 0)
 
 
 _lock = threading.RLock()

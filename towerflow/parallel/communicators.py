@@ -8,7 +8,9 @@ reduction with the rest of the step:
 - ``cpu``: every tower's bucket is copied to /cpu:0 and summed there in tower
   order (SEED_PROGRAMS.md P4's ``add_n`` on the CPU), then copied back;
 - ``local``: the sum runs on the first tower's device, for towers on logical
-  devices that share one physical device (NCCL refuses two ranks on one GPU).
+  devices that share one physical device (NCCL refuses two ranks on one GPU);
+- ``mpi``: between processes (see mpi.py): each rank sums its own towers,
+  then the ranks all-reduce those sums.
 
 ``choose(devices, all_reduce)`` resolves ``'auto'`` and logs its choice once.
 """
@@ -16,6 +18,7 @@ reduction with the rest of the step:
 from ..device import DeviceSpec, runtime
 from ..log import logger
 from ..ops import array_ops, math_ops
+from . import mpi
 
 ALL_REDUCE_CHOICES = ("auto", "cpu", "local", "nccl", "mpi")
 
@@ -70,11 +73,37 @@ class LocalCommunicator(Communicator):
         return self._sum_on(devices[0], tower_values, devices, graph)
 
 
-_COMMUNICATORS = {"cpu": CpuCommunicator, "local": LocalCommunicator}
+class MpiCommunicator(Communicator):
+    """Between processes: this rank's towers are summed on /cpu:0, the sums are
+    all-reduced across ranks with MPI (with a deadline), then handed back."""
+
+    name = "mpi"
+
+    def __init__(self, timeout=mpi.DEFAULT_TIMEOUT):
+        self.timeout = float(timeout)
+
+    def all_reduce(self, tower_values, devices, graph):
+        signature = [(tuple(t.shape.dims), t.dtype.name) for t in tower_values[0]]
+        per_tower = [[] for _ in devices]
+        with graph.name_scope("all_reduce_mpi"):
+            for index in range(len(tower_values[0])):
+                with graph.device("/cpu:0"):
+                    local = math_ops.add_n([values[index] for values in tower_values],
+                                           name=f"local_sum_{index}")
+                    total = mpi.all_reduce_op(local, self.timeout,
+                                              signature if index == 0 else None,
+                                              name=f"sum_{index}")
+                for rank, reduced in enumerate(self._hand_back(total, devices, graph, index)):
+                    per_tower[rank].append(reduced)
+        return per_tower
+
+
+_COMMUNICATORS = {"cpu": CpuCommunicator, "local": LocalCommunicator,
+                  "mpi": MpiCommunicator}
 _logged_choices = set()
 
 
-def choose(devices, all_reduce="auto"):
+def choose(devices, all_reduce="auto", timeout=mpi.DEFAULT_TIMEOUT):
     """The communicator for towers on ``devices`` (device strings)."""
     if all_reduce not in ALL_REDUCE_CHOICES:
         raise ValueError(f"all_reduce={all_reduce!r}: expected one of "
@@ -82,18 +111,21 @@ def choose(devices, all_reduce="auto"):
     name = _auto(devices) if all_reduce == "auto" else all_reduce
     if name not in _COMMUNICATORS:
         raise NotImplementedError(
-            f"all_reduce={name!r} is not available in this version of towerflow; use "
-            "'cpu' or 'local'")
+            f"all_reduce={name!r} runs in the GPU version of towerflow; use 'cpu', "
+            "'local' or 'mpi'")
     if all_reduce == "auto" and tuple(devices) not in _logged_choices:
         _logged_choices.add(tuple(devices))
         logger.info("all_reduce='auto' chose %r for %d towers on %s", name, len(devices),
                     ", ".join(devices))
-    return _COMMUNICATORS[name]()
+    return MpiCommunicator(timeout) if name == "mpi" else _COMMUNICATORS[name]()
 
 
 def _auto(devices):
-    """'local' when every tower is a logical device of one physical device
-    (logical CPUs of the host, or logical GPUs of one card); 'cpu' otherwise."""
+    """'mpi' in a multi-process launch; else 'local' when every tower is a
+    logical device of one physical device (logical CPUs of the host, or
+    logical GPUs of one card); 'cpu' otherwise."""
+    if mpi.launched_under_mpi() and mpi.world_size_from_environment() > 1:
+        return "mpi"
     return "local" if len({_physical_of(device) for device in devices}) == 1 else "cpu"
 
 

@@ -25,7 +25,7 @@ import contextlib
 from ..graph import core
 from ..graph.core import GraphKeys
 from ..ops import math_ops
-from . import buckets, communicators, sharding
+from . import buckets, communicators, mpi, sharding
 
 TrainStep = collections.namedtuple(
     "TrainStep", ["train_op", "loss", "metrics", "tower_losses", "variables", "replicas"])
@@ -34,16 +34,27 @@ TrainStep = collections.namedtuple(
 class DataParallel:
     """Towers on ``devices`` (default: every GPU, else every logical CPU)."""
 
-    def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20):
+    def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20,
+                 timeout=mpi.DEFAULT_TIMEOUT):
         self.devices = list(devices) if devices is not None else default_devices()
         if not self.devices:
             raise ValueError("DataParallel needs at least one device")
-        self.communicator = communicators.choose(self.devices, all_reduce)
+        self.communicator = communicators.choose(self.devices, all_reduce, timeout)
         self.bucket_bytes = int(bucket_bytes)
+        self.timeout = float(timeout)
+        world = mpi.world() if self.communicator.name == "mpi" else None
+        self.rank, self.num_ranks = (world.rank, world.size) if world else (0, 1)
 
     @property
     def num_towers(self):
+        """Towers in this process."""
         return len(self.devices)
+
+    @property
+    def num_shards(self):
+        """Towers in all processes: the global batch is cut into this many shards
+        (every rank feeds the same global batch and computes its own shards)."""
+        return self.num_ranks * self.num_towers
 
     def minimize(self, tower_fn, inputs, optimizer, global_step=None):
         """Build the towers, the all-reduce and the update; returns a TrainStep
@@ -54,11 +65,13 @@ class DataParallel:
         towers = [self._build_tower(graph, tower_fn, inputs, flat_inputs, index)
                   for index in range(self.num_towers)]
         replicas = _mirror(graph, [tower.variables for tower in towers], self.devices)
+        if self.num_ranks > 1:
+            self._broadcast_from_rank_0(graph, replicas[0])
         reduced = self._reduced_gradients(graph, towers, replicas)
         grads_and_vars = [(grad, var) for tower_grads, tower_vars in zip(reduced, replicas)
                           for grad, var in zip(tower_grads, tower_vars)]
         train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
-        loss, metrics = _global_values(graph, towers)
+        loss, metrics = self._global_values(graph, towers)
         return TrainStep(train_op, loss, metrics, [tower.loss for tower in towers],
                          replicas[0], replicas)
 
@@ -66,8 +79,9 @@ class DataParallel:
 
     def _build_tower(self, graph, tower_fn, inputs, flat_inputs, index):
         before = set(map(id, graph.get_collection(GraphKeys.TRAINABLE_VARIABLES)))
-        shards = [sharding.shard(tensor, self.num_towers, index) for tensor in flat_inputs]
-        fraction = sharding.shard_fraction(flat_inputs[0], self.num_towers, index)
+        shard_index = self.rank * self.num_towers + index
+        shards = [sharding.shard(tensor, self.num_shards, shard_index) for tensor in flat_inputs]
+        fraction = sharding.shard_fraction(flat_inputs[0], self.num_shards, shard_index)
         with graph.device(self.devices[index]), graph.name_scope(f"tower_{index}"), \
                 _tower_index(graph, index):
             loss, metrics = _loss_and_metrics(tower_fn(_unflatten(inputs, shards)))
@@ -89,6 +103,31 @@ class DataParallel:
         summed = self.communicator.all_reduce(packed, self.devices, graph)
         return [self._unpack(graph, sums, grads, plan, rank)
                 for rank, (sums, grads) in enumerate(zip(summed, weighted))]
+
+    def _broadcast_from_rank_0(self, graph, variables):
+        """Every rank's tower 0 starts from rank 0's initial values."""
+        signature = [(tuple(var.shape.dims), var.dtype.name) for var in variables]
+        for index, var in enumerate(variables):
+            with graph.device("/cpu:0"):
+                value = mpi.broadcast_op(var.initial_value, self.timeout,
+                                         signature if index == 0 else None,
+                                         name=f"broadcast_{var.op.name.replace('/', '_')}")
+            var._initializer = var.assign(value, name="broadcast").op
+
+    def _global_values(self, graph, towers):
+        """The global loss and metrics: each tower's mean weighted by its share,
+        summed over towers (and over ranks)."""
+        with graph.device("/cpu:0"), graph.name_scope("global"):
+            names = ["loss"] + sorted(towers[0].metrics)
+            values = {name: math_ops.add_n(
+                [sharding.scale_or_zero(t.loss if name == "loss" else t.metrics[name],
+                                        t.fraction) for t in towers], name=name)
+                for name in names}
+            if self.num_ranks > 1:
+                values = {name: mpi.all_reduce_op(value, self.timeout, name=f"{name}_sum")
+                          for name, value in values.items()}
+        loss = values.pop("loss")
+        return loss, values
 
     def _pack(self, graph, grads, plan, rank):
         with graph.device(self.devices[rank]), graph.name_scope(f"tower_{rank}_buckets"):
@@ -187,14 +226,3 @@ def _hide_from_trainables(graph, replica):
     tf.trainable_variables(): one logical variable, N physical copies."""
     trainables = graph.get_collection_ref(GraphKeys.TRAINABLE_VARIABLES)
     trainables[:] = [var for var in trainables if var is not replica]
-
-
-def _global_values(graph, towers):
-    """The global loss and metrics: sums of each tower's mean weighted by its share."""
-    with graph.device("/cpu:0"), graph.name_scope("global"):
-        loss = math_ops.add_n([sharding.scale_or_zero(t.loss, t.fraction) for t in towers],
-                              name="loss")
-        metrics = {name: math_ops.add_n([sharding.scale_or_zero(t.metrics[name], t.fraction)
-                                         for t in towers], name=name)
-                   for name in towers[0].metrics}
-    return loss, metrics

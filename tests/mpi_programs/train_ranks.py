@@ -1,0 +1,68 @@
+"""Run by tests/test_mpi.py under `towerflow launch -n 2`: every rank trains the
+MLP of test_parallel.py with 2 logical-CPU towers on the same global batches.
+
+    python train_ranks.py OUT_DIR [--die-at STEP] [--hidden-on-rank-1 N] [--steps N]
+
+Writes OUT_DIR/rank_<r>.npz (final variables, losses, device names).
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
+import towerflow as tf  # noqa: E402
+from test_parallel import CLASSES, FEATURES, batches  # noqa: E402
+from towerflow.device import runtime  # noqa: E402
+
+
+def model(hidden_units):
+    def tower_fn(inputs):
+        x, labels = inputs
+        init = tf.glorot_uniform_initializer
+        hidden = tf.layers.dense(x, hidden_units, activation=tf.nn.relu,
+                                 kernel_initializer=init(seed=1))
+        logits = tf.layers.dense(hidden, CLASSES, kernel_initializer=init(seed=2))
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits))
+    return tower_fn
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--die-at", type=int, default=None)
+    parser.add_argument("--hidden-on-rank-1", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=10.0)
+    args = parser.parse_args()
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+    x = tf.placeholder(tf.float32, [None, FEATURES])
+    labels = tf.placeholder(tf.int64, [None])
+    strategy = tf.parallel.DataParallel(["/cpu:0", "/cpu:1"], all_reduce="mpi",
+                                        timeout=args.timeout)
+    hidden = args.hidden_on_rank_1 if rank == 1 else 8
+    step = strategy.minimize(model(hidden), (x, labels), tf.train.MomentumOptimizer(0.1, 0.9))
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    losses = []
+    for index, (images, classes) in enumerate(batches(args.batch, steps=args.steps)):
+        if args.die_at is not None and rank == 1 and index == args.die_at:
+            os.kill(os.getpid(), 9)
+        losses.append(sess.run([step.train_op, step.loss], {x: images, labels: classes})[1])
+    values = sess.run(step.variables)
+    names = [device.name for device in runtime.logical_devices()]
+    np.savez(Path(args.out_dir) / f"rank_{rank}.npz", *values, losses=np.array(losses),
+             devices=np.array(names))
+    print(f"rank {rank} finished {len(losses)} steps", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Real MPI ranks (``towerflow launch -n 2``, the Open MPI wheel's mpiexec):
+two processes of two logical-CPU towers each train like one device; a dead
+rank and disagreeing ranks give named errors instead of hangs."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import towerflow as tf
+from test_parallel import relative_difference, train
+
+pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+PROGRAM = Path(__file__).parent / "mpi_programs" / "train_ranks.py"
+
+
+def launch(tmp_path, *args, timeout=120):
+    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
+               sys.executable, str(PROGRAM), str(tmp_path), *args]
+    start = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    return done, time.monotonic() - start
+
+
+@pytest.fixture(autouse=True)
+def four_cpus(no_gpu):
+    from conftest import split_cpu
+    split_cpu(4)
+
+
+def test_two_ranks_of_two_towers_match_one_device(tmp_path):
+    done, _ = launch(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reference_losses, reference = train(0, 10)
+    ranks = [np.load(tmp_path / f"rank_{r}.npz") for r in (0, 1)]
+    for result in ranks:
+        params = [result[f"arr_{i}"] for i in range(len(reference))]
+        assert relative_difference(params, reference) <= 1e-5
+        np.testing.assert_allclose(result["losses"], reference_losses, rtol=1e-5)
+    for i in range(len(reference)):   # ranks end bit-identical
+        assert np.array_equal(ranks[0][f"arr_{i}"], ranks[1][f"arr_{i}"])
+    assert ranks[1]["devices"][0] == "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def test_a_dead_rank_is_named_within_the_timeout(tmp_path):
+    done, elapsed = launch(tmp_path, "--die-at", "5", "--timeout", "10")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "rank 1 did not join all-reduce" in output, output
+    assert elapsed < 60
+    assert not (tmp_path / "rank_0.npz").exists()
+
+
+def test_ranks_that_disagree_on_shapes_get_the_first_mismatch(tmp_path):
+    done, _ = launch(tmp_path, "--hidden-on-rank-1", "9", "--timeout", "10")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "tensor 0: rank 0 has shape [5, 8] float32 but rank 1 has shape [5, 9]" in output, \
+        output
+
+
+def test_launch_command_line_has_what_training_needs():
+    from towerflow import launch as launcher
+    line = launcher.mpiexec_command(3, ["python", "t.py"], mpiexec="mpiexec")
+    assert line[:3] == ["mpiexec", "-n", "3"]
+    assert "--oversubscribe" in line and "--enable-recovery" in line
+    assert line[-2:] == ["python", "t.py"]
+    with pytest.raises(ValueError, match="needs a command"):
+        launcher.mpiexec_command(2, [])
+
+
+def test_timeout_without_peers_names_the_missing_rank():
+    from towerflow.parallel.mpi import MpiWorld
+
+    class SilentPeers:   # a 2-rank world whose other rank never answers
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 2
+
+        def Isend(self, *args, **kwargs):
+            return _Done()
+
+        def Irecv(self, *args, **kwargs):
+            return _Never()
+
+    with pytest.raises(tf.errors.UnavailableError,
+                       match=r"rank 1 did not join all-reduce 'x' within 0.2 s"):
+        MpiWorld(SilentPeers()).all_reduce(np.ones(3), "all-reduce 'x'", timeout=0.2)
+
+
+class _Done:
+    def Test(self):
+        return True
+
+
+class _Never:
+    def Test(self):
+        return False

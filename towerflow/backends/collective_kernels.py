@@ -1,0 +1,31 @@
+"""Kernels of the MPI collectives (host arrays). The MPI world is looked up
+when a plan is compiled, so importing towerflow never starts MPI."""
+
+import numpy as np
+
+
+def build_collective_kernels():
+    """The collective kernel table (NumPy arrays on the host)."""
+    def collective(kind, method):
+        def make(ctx):
+            world, what = _world(), f"{kind} '{ctx.op.name}'"
+            timeout, signature = ctx.attrs["timeout"], ctx.attrs["signature"]
+            checked = []
+
+            def run(x):
+                # NOTE: ranks compare what they will exchange before the first
+                # exchange: MPI itself would fail obscurely or not at all.
+                if signature is not None and not checked:
+                    world.check_signature(signature, what, timeout)
+                    checked.append(True)
+                return getattr(world, method)(np.asarray(x), what, timeout)
+            return run
+        return make
+
+    return {"MpiAllReduce": collective("all-reduce", "all_reduce"),
+            "MpiBroadcast": collective("broadcast", "broadcast")}
+
+
+def _world():
+    from ..parallel import mpi
+    return mpi.world()

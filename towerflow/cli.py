@@ -1,0 +1,57 @@
+"""The ``towerflow`` command (also ``python -m towerflow``).
+
+    towerflow                      # a short demonstration of the device model
+    towerflow launch -n 2 -- python train.py --epochs 3
+
+Errors print one line and exit non-zero; ``--debug`` shows the traceback.
+"""
+
+import argparse
+import sys
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    if debug:
+        argv.remove("--debug")
+    try:
+        return _dispatch(argv)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        if debug:
+            raise
+        print(f"towerflow: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(argv):
+    command, rest = _split_command(argv)
+    args = _parser().parse_args(argv if command is None else argv[:argv.index("--")])
+    if args.command == "launch":
+        from . import launch
+        return launch.launch(args.num_ranks, command or [], timeout=args.timeout)
+    from . import demo
+    return demo.main()
+
+
+def _split_command(argv):
+    """The program after '--' (for launch), or None."""
+    if "--" not in argv:
+        return None, argv
+    return argv[argv.index("--") + 1:], argv[:argv.index("--")]
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="towerflow", description="towerflow command line")
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("demo", help="the device model on logical CPUs (default)")
+    launch = commands.add_parser(
+        "launch", help="run a program on N MPI ranks: towerflow launch -n 2 -- python t.py")
+    launch.add_argument("-n", "--num-ranks", type=int, required=True)
+    launch.add_argument("--timeout", type=float, default=None,
+                        help="seconds a collective waits for its peers (default 60)")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

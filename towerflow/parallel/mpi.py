@@ -1,0 +1,187 @@
+"""Processes: the MPI world behind ``all_reduce='mpi'``.
+
+Each process (rank) drives its own towers; ranks exchange tensors through
+mpi4py. Every collective runs with a deadline instead of blocking forever:
+
+1. an *arrival* round: each rank tells every other rank it reached collective
+   number k, so a rank that died or stopped answering is found and *named*;
+2. the collective itself, non-blocking, polled until the same deadline.
+
+A missing peer raises :class:`~towerflow.errors.UnavailableError` naming the
+rank and the collective. On the first collective of a plan, ranks also
+compare what they are about to reduce (bucket count, shapes, dtypes), and a
+disagreement raises :class:`~towerflow.errors.InvalidArgumentError` naming
+the first mismatch.
+
+``towerflow launch -n N -- python train.py`` starts the ranks (see
+towerflow/launch.py); plain ``mpiexec -n N python train.py`` works too.
+"""
+
+import os
+import time
+
+import numpy as np
+
+from .. import errors
+
+# Seconds a collective waits for its peers (TOWERFLOW_COLLECTIVE_TIMEOUT overrides).
+DEFAULT_TIMEOUT = float(os.environ.get("TOWERFLOW_COLLECTIVE_TIMEOUT", 60.0))
+_ARRIVAL_TAG = 7301
+_POLL_SECONDS = 0.0005
+
+
+def launched_under_mpi():
+    """True in a process started by mpiexec (Open MPI or any PMIx launcher)."""
+    return any(name in os.environ for name in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK",
+                                               "PMI_RANK"))
+
+
+def world_size_from_environment():
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 1
+
+
+def rank_from_environment():
+    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+class MpiWorld:
+    """COMM_WORLD with deadlines; one per process (see :func:`world`)."""
+
+    def __init__(self, comm=None):
+        if comm is None:
+            try:
+                from mpi4py import MPI
+            except ImportError as err:
+                raise errors.UnavailableError(
+                    None, None, "all_reduce='mpi' needs mpi4py: pip install "
+                    f"'towerflow[mpi]' ({err})") from None
+            comm = MPI.COMM_WORLD
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self._calls = 0
+
+    def all_reduce(self, array, what, timeout):
+        """The element-wise sum of ``array`` over all ranks."""
+        self._arrive(what, timeout)
+        result = np.empty_like(array)
+        self._wait(self.comm.Iallreduce(np.ascontiguousarray(array), result), what, timeout)
+        return result
+
+    def broadcast(self, array, what, timeout, root=0):
+        """Rank ``root``'s ``array`` on every rank."""
+        self._arrive(what, timeout)
+        buffer = np.ascontiguousarray(array).copy()
+        self._wait(self.comm.Ibcast(buffer, root=root), what, timeout)
+        return buffer
+
+    def check_signature(self, signature, what, timeout):
+        """InvalidArgumentError naming the first difference between this rank's
+        ``signature`` (a list of (shape, dtype) pairs) and rank 0's."""
+        self._arrive(what, timeout)
+        everyone = self.comm.allgather(signature)
+        first_mismatch = _first_mismatch(everyone)
+        if first_mismatch:
+            raise errors.InvalidArgumentError(None, None, f"{what}: {first_mismatch}")
+
+    # -- deadlines ---------------------------------------------------------------
+
+    def _arrive(self, what, timeout):
+        """Exchange arrival tokens with every peer; name the ranks that never came."""
+        self._calls += 1
+        token = np.array([self._calls], dtype=np.int64)
+        peers = [peer for peer in range(self.size) if peer != self.rank]
+        inbox = {peer: np.zeros(1, np.int64) for peer in peers}
+        sends = [self.comm.Isend(token, dest=peer, tag=_ARRIVAL_TAG) for peer in peers]
+        receives = {peer: self.comm.Irecv(inbox[peer], source=peer, tag=_ARRIVAL_TAG)
+                    for peer in peers}
+        deadline = time.monotonic() + timeout
+        pending = dict(receives)
+        while pending:
+            pending = {peer: req for peer, req in pending.items() if not req.Test()}
+            if pending and time.monotonic() > deadline:
+                raise self._unavailable(sorted(pending), what, timeout)
+            if pending:
+                time.sleep(_POLL_SECONDS)
+        self._wait_all(sends, what, timeout, deadline)
+        late = [peer for peer in peers if inbox[peer][0] != self._calls]
+        if late:
+            raise errors.InternalError(None, None, f"{what}: ranks {late} are at a different "
+                                       f"collective than rank {self.rank}")
+
+    def _wait(self, request, what, timeout):
+        deadline = time.monotonic() + timeout
+        while not request.Test():
+            if time.monotonic() > deadline:
+                raise self._unavailable(None, what, timeout)
+            time.sleep(_POLL_SECONDS)
+
+    def _wait_all(self, requests, what, timeout, deadline):
+        for request in requests:
+            while not request.Test():
+                if time.monotonic() > deadline:
+                    raise self._unavailable(None, what, timeout)
+                time.sleep(_POLL_SECONDS)
+
+    def _unavailable(self, missing, what, timeout):
+        who = (f"rank {missing[0]}" if len(missing) == 1 else f"ranks {missing}") \
+            if missing else "a peer rank"
+        return errors.UnavailableError(
+            None, None, f"{who} did not join {what} within {timeout:g} s (seen from rank "
+            f"{self.rank} of {self.size}): it died or stopped answering")
+
+
+def _first_mismatch(signatures):
+    reference = signatures[0]
+    for rank, signature in enumerate(signatures[1:], start=1):
+        if len(signature) != len(reference):
+            return (f"rank 0 reduces {len(reference)} tensors but rank {rank} reduces "
+                    f"{len(signature)}")
+        for index, (ours, theirs) in enumerate(zip(reference, signature)):
+            if ours != theirs:
+                return (f"tensor {index}: rank 0 has shape {list(ours[0])} {ours[1]} but "
+                        f"rank {rank} has shape {list(theirs[0])} {theirs[1]}")
+    return None
+
+
+_world = None
+
+
+def world():
+    """This process's MPI world (created on first use)."""
+    global _world
+    if _world is None:
+        _world = MpiWorld()
+    return _world
+
+
+# -- graph ops ------------------------------------------------------------------------
+
+from ..graph.registry import register_not_differentiable, register_op  # noqa: E402
+
+
+def _same_shape(inputs, attrs):
+    return [(inputs[0].shape, inputs[0].dtype)]
+
+
+# (x) -> the sum of x over all ranks; attrs: timeout, signature (checked once).
+register_op("MpiAllReduce", _same_shape, stateful=True)
+# (x) -> rank 0's x on every rank; attrs: timeout, signature (checked once).
+register_op("MpiBroadcast", _same_shape, stateful=True)
+register_not_differentiable("MpiAllReduce", "MpiBroadcast")
+
+
+def all_reduce_op(tensor, timeout, signature=None, name="mpi_all_reduce"):
+    attrs = {"timeout": float(timeout), "signature": signature}
+    return tensor.graph.create_op("MpiAllReduce", [tensor], attrs, name=name).outputs[0]
+
+
+def broadcast_op(tensor, timeout, signature=None, name="mpi_broadcast"):
+    attrs = {"timeout": float(timeout), "signature": signature}
+    return tensor.graph.create_op("MpiBroadcast", [tensor], attrs, name=name).outputs[0]
