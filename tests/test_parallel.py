@@ -200,3 +200,36 @@ def test_bucket_plan_keeps_order_and_respects_the_size():
     plan = buckets.plan_buckets(tensors, bucket_bytes=80)
     assert plan == [[0, 1], [2], [3, 4]]
     assert [i for bucket in plan for i in bucket] == list(range(len(tensors)))
+
+
+def batch_norm_model(inputs):
+    x, labels = inputs
+    normalised = tf.layers.batch_normalization(x, training=True, momentum=0.99)
+    logits = tf.layers.dense(normalised, CLASSES,
+                             kernel_initializer=tf.glorot_uniform_initializer(seed=2))
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits))
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_batch_norm_statistics_per_tower_or_synchronised(sync):
+    x = tf.placeholder(tf.float32, [None, FEATURES])
+    labels = tf.placeholder(tf.int64, [None])
+    strategy = tf.parallel.DataParallel(["/cpu:0", "/cpu:1"], sync_statistics=sync)
+    step = strategy.minimize(batch_norm_model, (x, labels),
+                             tf.train.GradientDescentOptimizer(0.1))
+    moving_means = [next(v for v in tf.global_variables()
+                         if v.name == f"tower_{i}/batch_normalization/moving_mean:0")
+                    for i in (0, 1)]
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    images, classes = batches(8, steps=1)[0]
+    sess.run(step.train_op, {x: images, labels: classes})
+    tower_0, tower_1 = sess.run(moving_means)
+    shard_means = [images[:4].mean(axis=0), images[4:].mean(axis=0)]
+    if sync:   # every replica holds the mean of the towers' updates
+        assert np.array_equal(tower_0, tower_1)
+        np.testing.assert_allclose(tower_0, 0.01 * images.mean(axis=0), rtol=1e-5)
+    else:      # each tower's statistics follow its own shard
+        np.testing.assert_allclose(tower_0, 0.01 * shard_means[0], rtol=1e-5)
+        np.testing.assert_allclose(tower_1, 0.01 * shard_means[1], rtol=1e-5)

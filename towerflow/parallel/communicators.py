@@ -10,7 +10,8 @@ reduction with the rest of the step:
 - ``local``: the sum runs on the first tower's device, for towers on logical
   devices that share one physical device (NCCL refuses two ranks on one GPU);
 - ``mpi``: between processes (see mpi.py): each rank sums its own towers,
-  then the ranks all-reduce those sums.
+  then the ranks all-reduce those sums;
+- ``nccl``: towers on distinct physical GPUs of one process (see nccl.py).
 
 ``choose(devices, all_reduce)`` resolves ``'auto'`` and logs its choice once.
 """
@@ -18,7 +19,7 @@ reduction with the rest of the step:
 from ..device import DeviceSpec, runtime
 from ..log import logger
 from ..ops import array_ops, math_ops
-from . import mpi
+from . import mpi, nccl
 
 ALL_REDUCE_CHOICES = ("auto", "cpu", "local", "nccl", "mpi")
 
@@ -98,8 +99,26 @@ class MpiCommunicator(Communicator):
         return per_tower
 
 
+class NcclCommunicator(Communicator):
+    """Towers on distinct physical GPUs of this process: NCCL sums every
+    bucket in place on the GPUs (see nccl.py)."""
+
+    name = "nccl"
+
+    def all_reduce(self, tower_values, devices, graph):
+        gpu_ids = [_physical_of(device)[1] for device in devices]
+        per_tower = [[] for _ in devices]
+        with graph.name_scope("all_reduce_nccl"):
+            for index in range(len(tower_values[0])):
+                members = nccl.all_reduce_members([values[index] for values in tower_values],
+                                                  gpu_ids, graph, name=f"sum_{index}")
+                for rank, reduced in enumerate(members):
+                    per_tower[rank].append(reduced)
+        return per_tower
+
+
 _COMMUNICATORS = {"cpu": CpuCommunicator, "local": LocalCommunicator,
-                  "mpi": MpiCommunicator}
+                  "mpi": MpiCommunicator, "nccl": NcclCommunicator}
 _logged_choices = set()
 
 
@@ -109,10 +128,8 @@ def choose(devices, all_reduce="auto", timeout=mpi.DEFAULT_TIMEOUT):
         raise ValueError(f"all_reduce={all_reduce!r}: expected one of "
                          f"{', '.join(map(repr, ALL_REDUCE_CHOICES))}")
     name = _auto(devices) if all_reduce == "auto" else all_reduce
-    if name not in _COMMUNICATORS:
-        raise NotImplementedError(
-            f"all_reduce={name!r} runs in the GPU version of towerflow; use 'cpu', "
-            "'local' or 'mpi'")
+    if name == "nccl":
+        _check_nccl_devices(devices)
     if all_reduce == "auto" and tuple(devices) not in _logged_choices:
         _logged_choices.add(tuple(devices))
         logger.info("all_reduce='auto' chose %r for %d towers on %s", name, len(devices),
@@ -120,13 +137,29 @@ def choose(devices, all_reduce="auto", timeout=mpi.DEFAULT_TIMEOUT):
     return MpiCommunicator(timeout) if name == "mpi" else _COMMUNICATORS[name]()
 
 
+def _check_nccl_devices(devices):
+    physical = [_physical_of(device) for device in devices]
+    if any(kind != "GPU" for kind, _ in physical):
+        raise ValueError(f"all_reduce='nccl' needs every tower on a GPU, got {list(devices)}; "
+                         "use 'cpu' or 'local' for CPU towers")
+    if len(set(physical)) != len(physical):
+        raise ValueError(f"all_reduce='nccl' needs distinct physical GPUs, but {list(devices)} "
+                         "share one (NCCL refuses two ranks on one GPU): use 'local'")
+
+
 def _auto(devices):
     """'mpi' in a multi-process launch; else 'local' when every tower is a
     logical device of one physical device (logical CPUs of the host, or
-    logical GPUs of one card); 'cpu' otherwise."""
+    logical GPUs of one card); 'nccl' for towers on distinct physical GPUs;
+    'cpu' otherwise."""
     if mpi.launched_under_mpi() and mpi.world_size_from_environment() > 1:
         return "mpi"
-    return "local" if len({_physical_of(device) for device in devices}) == 1 else "cpu"
+    physical = [_physical_of(device) for device in devices]
+    if len(set(physical)) == 1:
+        return "local"
+    if all(kind == "GPU" for kind, _ in physical) and len(set(physical)) == len(physical):
+        return "nccl"
+    return "cpu"
 
 
 def _physical_of(device):

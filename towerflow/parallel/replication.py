@@ -24,7 +24,7 @@ import contextlib
 
 from ..graph import core
 from ..graph.core import GraphKeys
-from ..ops import math_ops
+from ..ops import array_ops, math_ops
 from . import buckets, communicators, mpi, sharding
 
 TrainStep = collections.namedtuple(
@@ -35,13 +35,14 @@ class DataParallel:
     """Towers on ``devices`` (default: every GPU, else every logical CPU)."""
 
     def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20,
-                 timeout=mpi.DEFAULT_TIMEOUT):
+                 timeout=mpi.DEFAULT_TIMEOUT, sync_statistics=False):
         self.devices = list(devices) if devices is not None else default_devices()
         if not self.devices:
             raise ValueError("DataParallel needs at least one device")
         self.communicator = communicators.choose(self.devices, all_reduce, timeout)
         self.bucket_bytes = int(bucket_bytes)
         self.timeout = float(timeout)
+        self.sync_statistics = bool(sync_statistics)
         world = mpi.world() if self.communicator.name == "mpi" else None
         self.rank, self.num_ranks = (world.rank, world.size) if world else (0, 1)
 
@@ -64,13 +65,18 @@ class DataParallel:
         flat_inputs = _flatten(inputs)
         towers = [self._build_tower(graph, tower_fn, inputs, flat_inputs, index)
                   for index in range(self.num_towers)]
-        replicas = _mirror(graph, [tower.variables for tower in towers], self.devices)
+        replicas = _mirror(graph, [tower.variables for tower in towers])
+        statistics = _mirror(graph, [tower.statistics for tower in towers])
         if self.num_ranks > 1:
-            self._broadcast_from_rank_0(graph, replicas[0])
+            self._broadcast_from_rank_0(graph, replicas[0] + statistics[0])
         reduced = self._reduced_gradients(graph, towers, replicas)
         grads_and_vars = [(grad, var) for tower_grads, tower_vars in zip(reduced, replicas)
                           for grad, var in zip(tower_grads, tower_vars)]
-        train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+        # Each tower's own updates (batch-norm moving statistics) run with the step.
+        with graph.control_dependencies([op for t in towers for op in t.update_ops]):
+            train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+        if self.sync_statistics and statistics[0]:
+            train_op = self._average_statistics(graph, statistics, train_op)
         loss, metrics = self._global_values(graph, towers)
         return TrainStep(train_op, loss, metrics, [tower.loss for tower in towers],
                          replicas[0], replicas)
@@ -78,16 +84,34 @@ class DataParallel:
     # -- building ------------------------------------------------------------------
 
     def _build_tower(self, graph, tower_fn, inputs, flat_inputs, index):
-        before = set(map(id, graph.get_collection(GraphKeys.TRAINABLE_VARIABLES)))
+        before = {key: set(map(id, graph.get_collection(key))) for key in _WATCHED}
         shard_index = self.rank * self.num_towers + index
         shards = [sharding.shard(tensor, self.num_shards, shard_index) for tensor in flat_inputs]
         fraction = sharding.shard_fraction(flat_inputs[0], self.num_shards, shard_index)
         with graph.device(self.devices[index]), graph.name_scope(f"tower_{index}"), \
                 _tower_index(graph, index):
             loss, metrics = _loss_and_metrics(tower_fn(_unflatten(inputs, shards)))
-        created = [var for var in graph.get_collection(GraphKeys.TRAINABLE_VARIABLES)
-                   if id(var) not in before]
-        return _Tower(index, loss, metrics, fraction, created)
+        created = {key: [item for item in graph.get_collection(key) if id(item) not in before[key]]
+                   for key in _WATCHED}
+        trainable = created[GraphKeys.TRAINABLE_VARIABLES]
+        statistics = [var for var in created[GraphKeys.GLOBAL_VARIABLES]
+                      if all(var is not other for other in trainable)]
+        return _Tower(index, loss, metrics, fraction, trainable, statistics,
+                      created[GraphKeys.UPDATE_OPS])
+
+    def _average_statistics(self, graph, statistics, after):
+        """After the step, set every replica of each non-trainable variable (batch
+        norm's moving statistics) to their mean over all towers of all ranks."""
+        assigns = []
+        with graph.control_dependencies([after]), graph.name_scope("sync_statistics"):
+            for replicas in zip(*statistics):
+                with graph.device("/cpu:0"):
+                    total = math_ops.add_n([var.read_value() for var in replicas])
+                    if self.num_ranks > 1:
+                        total = mpi.all_reduce_op(total, self.timeout)
+                    mean = total * (1.0 / self.num_shards)
+                assigns += [var.assign(mean).op for var in replicas]
+        return array_ops.group(*assigns, name="train_step")
 
     def _reduced_gradients(self, graph, towers, replicas):
         """Per tower, the gradients of the global-batch mean loss, summed across
@@ -152,10 +176,16 @@ def _tower_index(graph, index):
         graph.tower_index = 0
 
 
+# What a tower creates: trainable variables (mirrored, trained), other variables
+# (mirrored statistics) and update ops (run with the step).
+_WATCHED = (GraphKeys.TRAINABLE_VARIABLES, GraphKeys.GLOBAL_VARIABLES, GraphKeys.UPDATE_OPS)
+
+
 class _Tower:
-    def __init__(self, index, loss, metrics, fraction, variables):
+    def __init__(self, index, loss, metrics, fraction, variables, statistics, update_ops):
         self.index, self.loss, self.metrics = index, loss, metrics
         self.fraction, self.variables = fraction, variables
+        self.statistics, self.update_ops = statistics, update_ops
 
 
 def default_devices():
@@ -198,7 +228,7 @@ def _gradients(loss, variables):
     return grads
 
 
-def _mirror(graph, tower_variables, devices):
+def _mirror(graph, tower_variables):
     """Make every tower's variables replicas of tower 0's: same shapes, and
     initialised from tower 0's values. Returns the per-tower lists."""
     first = tower_variables[0]
