@@ -19,6 +19,7 @@ ERROR_CODES = {
     errors.UnimplementedError: errors.UNIMPLEMENTED,
     errors.InternalError: errors.INTERNAL,
     errors.UnavailableError: errors.UNAVAILABLE,
+    errors.DataLossError: errors.DATA_LOSS,
 }
 
 

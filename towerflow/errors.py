@@ -24,6 +24,7 @@ OUT_OF_RANGE = 11
 UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
+DATA_LOSS = 15
 
 
 class OpError(Exception):
@@ -99,3 +100,9 @@ class InternalError(OpError):
 
 class UnavailableError(OpError):
     error_code = UNAVAILABLE
+
+
+class DataLossError(OpError):
+    """Unrecoverable data loss or corruption (a truncated or corrupt checkpoint)."""
+
+    error_code = DATA_LOSS
