@@ -31,8 +31,9 @@ def four_cpus(no_gpu):
     split_cpu(4)
 
 
-def test_two_ranks_of_two_towers_match_one_device(tmp_path):
-    done, _ = launch(tmp_path)
+@pytest.mark.parametrize("extra", [[], ["--unseeded-on-rank-1"]], ids=["same-seeds", "broadcast"])
+def test_two_ranks_of_two_towers_match_one_device(tmp_path, extra):
+    done, _ = launch(tmp_path, *extra)
     assert done.returncode == 0, done.stdout + done.stderr
     reference_losses, reference = train(0, 10)
     ranks = [np.load(tmp_path / f"rank_{r}.npz") for r in (0, 1)]

@@ -39,6 +39,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=10.0)
+    parser.add_argument("--unseeded-on-rank-1", action="store_true",
+                        help="rank 1 draws different initial values: the broadcast must win")
     args = parser.parse_args()
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
@@ -49,6 +51,8 @@ def main():
     strategy = tf.parallel.DataParallel(["/cpu:0", "/cpu:1"], all_reduce="mpi",
                                         timeout=args.timeout)
     hidden = args.hidden_on_rank_1 if rank == 1 else 8
+    if args.unseeded_on_rank_1 and rank == 1:
+        tf.set_random_seed(12345)   # other initial values than rank 0's seeds give
     step = strategy.minimize(model(hidden), (x, labels), tf.train.MomentumOptimizer(0.1, 0.9))
     sess = tf.Session()
     sess.run(tf.global_variables_initializer())

@@ -65,10 +65,10 @@ class DataParallel:
         flat_inputs = _flatten(inputs)
         towers = [self._build_tower(graph, tower_fn, inputs, flat_inputs, index)
                   for index in range(self.num_towers)]
+        if self.num_ranks > 1:  # first, so the other towers copy the broadcast values
+            self._broadcast_from_rank_0(graph, towers[0].variables + towers[0].statistics)
         replicas = _mirror(graph, [tower.variables for tower in towers])
         statistics = _mirror(graph, [tower.statistics for tower in towers])
-        if self.num_ranks > 1:
-            self._broadcast_from_rank_0(graph, replicas[0] + statistics[0])
         reduced = self._reduced_gradients(graph, towers, replicas)
         grads_and_vars = [(grad, var) for tower_grads, tower_vars in zip(reduced, replicas)
                           for grad, var in zip(tower_grads, tower_vars)]
