@@ -16,9 +16,13 @@ from .optimizers import (AdamOptimizer, AdamWOptimizer, GradientDescentOptimizer
                          MomentumOptimizer)
 from .schedules import (cosine_decay, exponential_decay, learning_rate_schedule,
                         linear_warmup, one_cycle, piecewise_constant)
+from .checkpoint_format import (get_checkpoint_state, latest_checkpoint, list_variables,
+                                load_variable)
+from .saver import Saver
 
 __all__ = ["AdamOptimizer", "AdamWOptimizer", "GradientDescentOptimizer",
            "MomentumOptimizer", "Optimizer", "cosine_decay", "create_global_step",
            "exponential_decay", "get_global_step", "get_or_create_global_step",
            "global_step", "learning_rate_schedule", "linear_warmup", "one_cycle",
-           "piecewise_constant"]
+           "piecewise_constant", "Saver", "get_checkpoint_state",
+           "latest_checkpoint", "list_variables", "load_variable"]

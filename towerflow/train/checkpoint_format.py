@@ -1,0 +1,300 @@
+"""The checkpoint file format and the ``checkpoint`` state file (see saver.py).
+
+One checkpoint is one ``.npz`` file read with ``allow_pickle=False``: entries
+``v0, v1, ...`` hold the variables, ``x0, ...`` the arrays of ``extra_state``,
+``__header__`` a UTF-8 JSON header (format, version, global step, per entry
+its logical name, dtype, shape and SHA-256, and the JSON part of
+``extra_state``) and ``__header_sha256__`` the header's SHA-256. Writes are
+atomic: a hidden temporary file in the same directory, fsynced, then renamed.
+"""
+
+import collections
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+
+import numpy as np
+
+from .. import errors
+from ..log import logger
+
+FORMAT = "towerflow.checkpoint"
+VERSION = 1
+STATE_FILENAME = "checkpoint"
+_HEADER, _HEADER_SUM = "__header__", "__header_sha256__"
+_ARRAY_REF = "__towerflow_array__"
+_TOWER_PREFIX = re.compile(r"^tower_(\d+)/")
+
+
+def logical_name(name):
+    """The device-independent name of a variable: ``'tower_2/dense/kernel/Momentum'``
+    -> ``'dense/kernel/Momentum'``; other names are kept as they are."""
+    return _TOWER_PREFIX.sub("", name, count=1)
+
+
+def _skip_warning(path, err):
+    logger.warning("towerflow: skipping checkpoint %s: %s", path, err)
+    return f"{path}: {err}"
+
+
+# -- the file format -------------------------------------------------------------------
+
+Checkpoint = collections.namedtuple(
+    "Checkpoint", ["path", "global_step", "variables", "extra_state"])
+
+
+def _sha256(array):
+    return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest()
+
+
+def _describe(key, array):
+    return {"key": key, "dtype": array.dtype.str, "shape": list(array.shape),
+            "sha256": _sha256(array)}
+
+
+def write_checkpoint(path, variables, global_step=None, extra_state=None, extra_arrays=()):
+    """Write ``{name: array}`` (and the encoded extra state) to ``path``
+    atomically."""
+    entries, header = {}, {"format": FORMAT, "version": VERSION, "global_step": global_step,
+                           "variables": {}, "extra_state": extra_state, "extra_arrays": {}}
+    for index, (name, value) in enumerate(sorted(variables.items())):
+        entries[f"v{index}"] = value = np.asarray(value)
+        header["variables"][name] = _describe(f"v{index}", value)
+    for key, value in dict(extra_arrays).items():
+        entries[key] = value
+        header["extra_arrays"][key] = _describe(key, value)
+    header_bytes = json.dumps(header, sort_keys=True).encode("utf-8")
+    entries[_HEADER] = np.frombuffer(header_bytes, np.uint8)
+    entries[_HEADER_SUM] = np.frombuffer(
+        hashlib.sha256(header_bytes).hexdigest().encode("ascii"), np.uint8)
+    _atomic_write(path, lambda stream: np.savez(stream, allow_pickle=False, **entries))
+
+
+def read_checkpoint(save_path, with_variables=True):
+    """A verified ``Checkpoint(path, global_step, variables, extra_state)``.
+    NotFoundError if there is no such file, DataLossError naming the file if
+    it is truncated or any checksum does not match."""
+    path = _resolve(save_path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            header = _read_header(npz, path)
+            variables = {name: _read_entry(npz, meta, path, name)
+                         for name, meta in header["variables"].items()} \
+                if with_variables else {}
+            arrays = {key: _read_entry(npz, meta, path, key)
+                      for key, meta in header["extra_arrays"].items()}
+    except errors.OpError:
+        raise
+    except Exception as err:   # NOTE: a damaged zip fails in many ways; all are data loss
+        raise _data_loss(path, f"{type(err).__name__}: {err}") from err
+    extra_state = _decode_extra_state(header["extra_state"], arrays)
+    return Checkpoint(path, header["global_step"], variables,
+                      extra_state if extra_state is not None else {})
+
+
+def _resolve(save_path):
+    for path in (save_path, save_path + ".npz"):
+        if os.path.isfile(path):
+            return path
+    raise errors.NotFoundError(None, None, f"Checkpoint {save_path} not found (no file "
+                               f"{save_path} or {save_path}.npz)")
+
+
+def _data_loss(path, reason):
+    return errors.DataLossError(None, None, f"Checkpoint {path} is truncated or corrupt: "
+                                f"{reason}")
+
+
+def _read_header(npz, path):
+    if _HEADER not in npz.files or _HEADER_SUM not in npz.files:
+        raise _data_loss(path, "no towerflow checkpoint header")
+    raw = npz[_HEADER].tobytes()
+    if hashlib.sha256(raw).hexdigest() != npz[_HEADER_SUM].tobytes().decode("ascii"):
+        raise _data_loss(path, "the header does not match its SHA-256")
+    header = json.loads(raw.decode("utf-8"))
+    if header.get("format") != FORMAT:
+        raise _data_loss(path, f"format {header.get('format')!r}, not {FORMAT!r}")
+    if header["version"] > VERSION:
+        raise errors.UnimplementedError(
+            None, None, f"Checkpoint {path} has format version {header['version']}; this "
+            f"towerflow reads versions up to {VERSION}")
+    return header
+
+
+def _read_entry(npz, meta, path, name):
+    array = npz[meta["key"]]
+    if array.dtype.str != meta["dtype"] or list(array.shape) != meta["shape"] \
+            or _sha256(array) != meta["sha256"]:
+        raise _data_loss(path, f"entry '{name}' does not match its SHA-256")
+    return array
+
+
+def _encode_extra_state(extra_state):
+    """``(JSON-ready state, {key: array})``: arrays become references to entries."""
+    if extra_state is None:
+        return None, {}
+    if not isinstance(extra_state, dict):
+        raise TypeError(f"extra_state must be a dict; got {type(extra_state).__name__}")
+    arrays = {}
+
+    def encode(value, where):
+        if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                raise TypeError(f"{where}: object arrays cannot be saved")
+            arrays[f"x{len(arrays)}"] = value
+            return {_ARRAY_REF: f"x{len(arrays) - 1}"}
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, dict):
+            if not all(isinstance(key, str) for key in value):
+                raise TypeError(f"{where}: dict keys must be strings; got {list(value)}")
+            return {key: encode(item, f"{where}[{key!r}]") for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [encode(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(f"{where} is a {type(value).__name__}: extra_state holds only "
+                        "dicts, lists, numbers, strings, None and NumPy arrays")
+    return encode(extra_state, "extra_state"), arrays
+
+
+def _decode_extra_state(value, arrays):
+    if isinstance(value, dict):
+        if set(value) == {_ARRAY_REF}:
+            return arrays[value[_ARRAY_REF]]
+        return {key: _decode_extra_state(item, arrays) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode_extra_state(item, arrays) for item in value]
+    return value
+
+
+def _atomic_write(path, write):
+    """Run ``write(stream)`` into a hidden temporary file next to ``path``, fsync
+    it and rename it over ``path``: readers see the old file or the new one."""
+    directory, base = os.path.split(os.path.abspath(path))
+    temporary = os.path.join(directory, f".{base}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory):
+    """Make the rename itself durable (POSIX); a no-op where unsupported."""
+    with contextlib.suppress(OSError, AttributeError):
+        descriptor = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+# -- the state file ('checkpoint') and finding checkpoints -------------------------------
+
+CheckpointState = collections.namedtuple(
+    "CheckpointState", ["model_checkpoint_path", "all_model_checkpoint_paths",
+                        "all_model_checkpoint_timestamps"])
+
+
+def update_checkpoint_state(save_dir, model_checkpoint_path, all_model_checkpoint_paths,
+                            all_model_checkpoint_timestamps=(), latest_filename=None):
+    """Write the state file of ``save_dir`` atomically, in TF's text format:
+    ``model_checkpoint_path: "model-300.npz"`` then one
+    ``all_model_checkpoint_paths:`` line per kept checkpoint (oldest first)."""
+    def relative(path):
+        return os.path.relpath(path, save_dir) if os.path.dirname(
+            os.path.abspath(path)) == os.path.abspath(save_dir) else os.path.abspath(path)
+    lines = [f"model_checkpoint_path: {json.dumps(relative(model_checkpoint_path))}"]
+    lines += [f"all_model_checkpoint_paths: {json.dumps(relative(path))}"
+              for path in all_model_checkpoint_paths]
+    lines += [f"all_model_checkpoint_timestamps: {stamp!r}"
+              for stamp in all_model_checkpoint_timestamps]
+    text = "\n".join(lines) + "\n"
+    state_path = os.path.join(save_dir, latest_filename or STATE_FILENAME)
+    _atomic_write(state_path, lambda stream: stream.write(text.encode("utf-8")))
+
+
+def get_checkpoint_state(checkpoint_dir, latest_filename=None):
+    """The ``CheckpointState`` of ``checkpoint_dir`` (paths joined with it), or
+    None when it has no state file. Example:
+    ``tf.train.get_checkpoint_state('ckpt').all_model_checkpoint_paths``."""
+    state_path = os.path.join(checkpoint_dir, latest_filename or STATE_FILENAME)
+    try:
+        with open(state_path, encoding="utf-8") as stream:
+            text = stream.read()
+    except FileNotFoundError:
+        return None
+    fields = collections.defaultdict(list)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        match = re.fullmatch(r"\s*(\w+)\s*:\s*(.+?)\s*", line)
+        try:
+            fields[match.group(1)].append(json.loads(match.group(2)))
+        except (AttributeError, ValueError) as err:
+            raise errors.DataLossError(None, None, f"Checkpoint state file {state_path}, "
+                                       f"line {number}: cannot parse {line!r}") from err
+    paths = [os.path.join(checkpoint_dir, path) for path in fields["all_model_checkpoint_paths"]]
+    latest = fields["model_checkpoint_path"]
+    return CheckpointState(os.path.join(checkpoint_dir, latest[-1]) if latest else None,
+                           paths, fields["all_model_checkpoint_timestamps"])
+
+
+def _candidates(checkpoint_dir, latest_filename=None):
+    """The listed checkpoints, newest first (the latest, then the others)."""
+    state = get_checkpoint_state(checkpoint_dir, latest_filename)
+    if state is None:
+        return []
+    ordered = [state.model_checkpoint_path] if state.model_checkpoint_path else []
+    ordered += reversed(state.all_model_checkpoint_paths)
+    return list(dict.fromkeys(ordered))
+
+
+def latest_checkpoint(checkpoint_dir, latest_filename=None):
+    """The path of the newest checkpoint in ``checkpoint_dir`` that verifies
+    (every checksum), or None; a corrupt or missing newer one is skipped with a
+    warning. Example: ``saver.restore(sess, tf.train.latest_checkpoint('ckpt'))``."""
+    for path in _candidates(checkpoint_dir, latest_filename):
+        try:
+            return read_checkpoint(path).path
+        except (errors.DataLossError, errors.NotFoundError) as err:
+            _skip_warning(path, err)
+    return None
+
+
+def list_variables(ckpt_dir_or_file):
+    """``[(logical name, shape), ...]`` of a checkpoint file or of a directory's
+    latest one, sorted by name. Example: ``tf.train.list_variables('ckpt')``."""
+    checkpoint = read_checkpoint(_file_of(ckpt_dir_or_file))
+    return [(name, list(value.shape)) for name, value in sorted(checkpoint.variables.items())]
+
+
+def load_variable(ckpt_dir_or_file, name):
+    """The saved value of the variable ``name`` (a logical name; a ``tower_<i>/``
+    prefix is stripped). Example: ``tf.train.load_variable('ckpt', 'dense/kernel')``."""
+    checkpoint = read_checkpoint(_file_of(ckpt_dir_or_file))
+    try:
+        return checkpoint.variables[logical_name(name)]
+    except KeyError:
+        raise errors.NotFoundError(None, None, f"Key {logical_name(name)} not found in "
+                                   f"checkpoint {checkpoint.path}") from None
+
+
+def _file_of(ckpt_dir_or_file):
+    if not os.path.isdir(ckpt_dir_or_file):
+        return ckpt_dir_or_file
+    path = latest_checkpoint(ckpt_dir_or_file)
+    if path is None:
+        raise errors.NotFoundError(None, None, f"No checkpoint in {ckpt_dir_or_file}")
+    return path

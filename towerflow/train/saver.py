@@ -1,0 +1,315 @@
+"""Checkpoints (``tf.train.Saver``): device-independent, atomic and verified.
+
+::
+
+    saver = tf.train.Saver(max_to_keep=3)       # every global variable
+    path, state = saver.restore_latest(sess, "ckpt")   # (None, {}) on a fresh start
+    if path is None:
+        sess.run(tf.global_variables_initializer())
+    ...
+    saver.save(sess, "ckpt/model", global_step=step, extra_state={"epoch": 3})
+    # -> 'ckpt/model-1200.npz'; 'ckpt/checkpoint' lists the kept ones
+
+A variable is saved under its *logical* name: a leading ``tower_<i>/`` is
+stripped, only the lowest tower's copy (tower 0, the source of the mirror) is
+written, and a restore gives the value to every replica whose logical name
+matches. So a run saved with 4 towers resumes with 1 or 3, and a one-device
+checkpoint restores into towers.
+
+One checkpoint is one ``.npz`` file (NumPy's zip of ``.npy`` arrays, read with
+``allow_pickle=False``): entries ``v0, v1, ...`` hold the variables, ``x0,
+...`` the arrays of ``extra_state``, ``__header__`` a UTF-8 JSON header (format,
+version, global step, per entry its logical name, dtype, shape and SHA-256, and
+the JSON part of ``extra_state``) and ``__header_sha256__`` the header's
+SHA-256. Files are written to a hidden temporary file in the same directory,
+fsynced and renamed (``os.replace``), so a crash never leaves a partial file
+under a checkpoint's name; every checksum is verified before any variable is
+assigned. The ``checkpoint`` state file uses TensorFlow's text format.
+"""
+
+import collections
+import os
+import time
+
+import numpy as np
+
+from .. import errors
+from ..graph import core
+from ..graph.core import GraphKeys
+from ..log import logger
+from ..ops import array_ops, constant_ops, state_ops
+from .checkpoint_format import (_TOWER_PREFIX, _candidates, _encode_extra_state, _skip_warning,
+                                get_checkpoint_state, logical_name, read_checkpoint,
+                                update_checkpoint_state, write_checkpoint)
+
+# What ``Saver.restore_latest`` returns: the checkpoint restored (None when the
+# directory holds none) and its extra_state ({} when none).
+Restored = collections.namedtuple("Restored", ["path", "extra_state"])
+
+
+def _tower_index(name):
+    match = _TOWER_PREFIX.match(name)
+    return int(match.group(1)) if match else -1
+
+
+class Saver:
+    """Saves and restores variables; see the module docstring.
+
+    ``var_list``: None (every global variable: model variables, optimizer slots,
+    Adam's beta powers, the global step), a list of Variables (saved under their
+    logical names; every replica of each is restored), or a dict ``{name:
+    Variable}`` (saved under exactly those names). ``max_to_keep``: how many
+    recent checkpoints to keep (None or 0: keep all files; only the newest is
+    listed in the state file); ``keep_checkpoint_every_n_hours``: also keep one
+    file per this many hours. Example: ``tf.train.Saver(max_to_keep=3)``.
+    """
+
+    def __init__(self, var_list=None, max_to_keep=5, keep_checkpoint_every_n_hours=10000.0,
+                 name=None, defer_build=False, allow_empty=False, pad_step_number=False):
+        self._var_list = var_list
+        self._max_to_keep = max_to_keep
+        self._keep_every_s = float(keep_checkpoint_every_n_hours) * 3600.0
+        self._next_preserve_time = time.time() + self._keep_every_s
+        self._name = name or "save"
+        self._allow_empty = allow_empty
+        self._pad_step_number = pad_step_number
+        self._last_checkpoints = []     # [(path, time saved)], oldest first
+        self._graph = None
+        if not defer_build:
+            self.build()
+
+    # -- building --------------------------------------------------------------------
+
+    def build(self):
+        """Collect the variables and build the restore ops (placeholders and
+        Assigns); done by the constructor unless ``defer_build=True``."""
+        if self._graph is not None:
+            return
+        graph = _graph_of(self._var_list)
+        self._sources, self._targets = _saved_variables(graph, self._var_list)
+        if not self._sources and not self._allow_empty:
+            raise ValueError("No variables to save")
+        self._graph = graph
+        self._feeds, self._restore_op = self._restore_ops(graph)
+
+    def _restore_ops(self, graph):
+        feeds, assigns = {}, []
+        with graph.as_default(), graph.control_dependencies(None), \
+                graph.name_scope(None), graph.name_scope(self._name):
+            for name in sorted(self._sources):
+                source = self._sources[name]
+                with graph.device(None), graph.device("/cpu:0"):
+                    feeds[name] = constant_ops.placeholder(source.dtype, source.shape,
+                                                           name="value")
+                assigns += [state_ops.assign(target, feeds[name], name="Assign").op
+                            for target in self._targets[name]]
+            with graph.device(None):
+                restore_op = array_ops.group(*assigns, name="restore_all")
+        return feeds, restore_op
+
+    # -- saving ----------------------------------------------------------------------
+
+    @property
+    def last_checkpoints(self):
+        """The paths of the kept checkpoints, oldest first."""
+        return [path for path, _ in self._last_checkpoints]
+
+    def save(self, sess, save_path, global_step=None, latest_filename=None,
+             write_meta_graph=True, write_state=True, *, extra_state=None):
+        """Write one checkpoint file and return its path: ``save_path`` (``.npz``
+        added) or ``save_path-<step>.npz`` with ``global_step`` (an int, or a
+        variable or tensor that is evaluated). ``extra_state``: a JSON-serialisable
+        dict (NumPy arrays allowed anywhere in it) returned by ``restore``.
+        ``write_meta_graph`` is accepted for TF compatibility; no meta graph is
+        written. Example: ``saver.save(sess, 'ckpt/model', global_step=step)``."""
+        self.build()
+        step = _step_value(sess, global_step)
+        path = _checkpoint_path(save_path, step, self._pad_step_number)
+        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise errors.NotFoundError(None, None, f"Parent directory of {save_path} "
+                                       "doesn't exist, can't save.")
+        json_state, extra_arrays = _encode_extra_state(extra_state)
+        names = sorted(self._sources)
+        values = _run(sess, self._graph, [self._sources[name] for name in names])
+        write_checkpoint(path, dict(zip(names, values)), step, json_state, extra_arrays)
+        if write_state:
+            self._record(path, latest_filename)
+        return path
+
+    def _record(self, path, latest_filename):
+        """Add ``path`` to the kept list, write the state file, then delete the
+        checkpoints that fell out of it (so the state never lists a deleted file)."""
+        self._last_checkpoints = [(p, t) for p, t in self._last_checkpoints if p != path]
+        self._last_checkpoints.append((path, time.time()))
+        keep = self._max_to_keep or 1   # None or 0: list only the newest, delete nothing
+        dropped = self._last_checkpoints[:-keep] if self._max_to_keep else []
+        self._last_checkpoints = self._last_checkpoints[-keep:]
+        directory = os.path.dirname(os.path.abspath(path))
+        update_checkpoint_state(directory, path, self.last_checkpoints,
+                                [t for _, t in self._last_checkpoints], latest_filename)
+        for old_path, saved_at in dropped:
+            if saved_at > self._next_preserve_time:
+                self._next_preserve_time += self._keep_every_s   # kept for good
+            else:
+                _remove(old_path)
+
+    def recover_last_checkpoints(self, checkpoint_paths):
+        """Track ``checkpoint_paths`` (oldest first) as this saver's kept
+        checkpoints, so a resumed run goes on deleting the old ones."""
+        self._last_checkpoints = [(path, os.path.getmtime(path) if os.path.exists(path)
+                                   else time.time()) for path in checkpoint_paths]
+
+    # -- restoring -------------------------------------------------------------------
+
+    def restore(self, sess, save_path):
+        """Set every variable (all replicas of each) from ``save_path`` and return
+        its ``extra_state`` ({} if none). Every checksum is verified first:
+        DataLossError for a truncated or corrupt file, NotFoundError for a missing
+        file or variable, InvalidArgumentError for a shape or dtype mismatch.
+        Example: ``state = saver.restore(sess, tf.train.latest_checkpoint('ckpt'))``."""
+        if save_path is None:
+            raise ValueError("Can't load save_path when it is None.")
+        self.build()
+        checkpoint = read_checkpoint(save_path)
+        feed_dict = {self._feeds[name]: value
+                     for name, value in _matched_values(self, checkpoint)}
+        _run(sess, self._graph, self._restore_op, feed_dict)
+        return checkpoint.extra_state
+
+    def restore_latest(self, sess, checkpoint_dir, latest_filename=None):
+        """Restore the newest good checkpoint listed in ``checkpoint_dir``; a
+        corrupt newer one is skipped with a warning. Returns ``Restored(path,
+        extra_state)``; ``(None, {})`` when the directory lists no checkpoint;
+        DataLossError when every listed one is corrupt. Also tracks the listed
+        files, so ``max_to_keep`` keeps working across restarts. Example:
+        ``path, state = saver.restore_latest(sess, 'ckpt')``."""
+        candidates = _candidates(checkpoint_dir, latest_filename)
+        failures = []
+        for path in candidates:
+            try:
+                extra_state = self.restore(sess, path)
+            except (errors.DataLossError, errors.NotFoundError) as err:
+                if isinstance(err, errors.NotFoundError) and os.path.exists(path):
+                    raise   # the file is fine; this graph wants a variable it lacks
+                failures.append(_skip_warning(path, err))
+                continue
+            self.recover_last_checkpoints(
+                [p for p in get_checkpoint_state(checkpoint_dir, latest_filename)
+                 .all_model_checkpoint_paths if os.path.exists(p)])
+            return Restored(path, extra_state)
+        if failures:
+            raise errors.DataLossError(None, None, "No usable checkpoint in "
+                                       f"{checkpoint_dir}: " + "; ".join(failures))
+        return Restored(None, {})
+
+    def restore_state(self, save_path):
+        """The ``extra_state`` saved in ``save_path`` (verified), without a Session."""
+        return read_checkpoint(save_path, with_variables=False).extra_state
+
+
+def _graph_of(var_list):
+    """The graph of the variables of ``var_list`` (the default graph for None)."""
+    if var_list is None:
+        return core.get_default_graph()
+    variables = list(var_list.values() if isinstance(var_list, dict) else var_list)
+    graphs = {id(_check_variable(var).graph): var.graph for var in variables}
+    if len(graphs) > 1:
+        raise ValueError("var_list holds variables of several graphs: "
+                         f"{[var.op.name for var in variables]}")
+    return next(iter(graphs.values()), core.get_default_graph())
+
+
+def _saved_variables(graph, var_list):
+    """``({logical name: variable saved}, {logical name: [variables restored]})``."""
+    if isinstance(var_list, dict):
+        return dict(var_list), {name: [var] for name, var in var_list.items()}
+    if var_list is None:
+        var_list = graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+    wanted = {logical_name(var.op.name) for var in var_list}
+    every = list(var_list) + graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+    targets = collections.defaultdict(list)
+    for var in every:
+        name = logical_name(var.op.name)
+        if name in wanted and all(var is not other for other in targets[name]):
+            targets[name].append(var)
+    return {name: _source_of(name, group) for name, group in targets.items()}, dict(targets)
+
+
+def _source_of(name, group):
+    """The copy to save: the lowest tower's (a variable outside towers counts as
+    the source); two sources of one logical name are ambiguous."""
+    group = sorted(group, key=lambda var: _tower_index(var.op.name))
+    sources = [var for var in group if _tower_index(var.op.name) <= 0]
+    if len(sources) > 1:
+        raise ValueError(f"Variables {[var.op.name for var in sources]} all map to the "
+                         f"checkpoint name '{name}'; rename one, or pass var_list as a dict")
+    for var in group[1:]:
+        if var.dtype is not group[0].dtype or not var.shape.is_compatible_with(group[0].shape):
+            raise ValueError(f"Replicas of '{name}' differ: {group[0].op.name} is "
+                             f"{group[0].dtype.name} {group[0].shape}, {var.op.name} is "
+                             f"{var.dtype.name} {var.shape}")
+    return group[0]
+
+
+def _check_variable(var):
+    if not isinstance(var, state_ops.Variable):
+        raise TypeError(f"Saver saves tf.Variable objects; got {var!r}")
+    return var
+
+
+def _matched_values(saver, checkpoint):
+    """``(logical name, array)`` for every variable of ``saver``, checked against
+    the checkpoint: all missing names, then all mismatches, in one error."""
+    missing = sorted(set(saver._sources) - set(checkpoint.variables))
+    if missing:
+        raise errors.NotFoundError(None, None, f"Key(s) {', '.join(missing)} not found in "
+                                   f"checkpoint {checkpoint.path}")
+    problems = [_mismatch(name, saver._sources[name], checkpoint.variables[name])
+                for name in sorted(saver._sources)]
+    problems = [problem for problem in problems if problem]
+    if problems:
+        raise errors.InvalidArgumentError(None, None, f"Cannot restore from checkpoint "
+                                          f"{checkpoint.path}: " + "; ".join(problems))
+    return [(name, checkpoint.variables[name]) for name in sorted(saver._sources)]
+
+
+def _mismatch(name, var, value):
+    expected = np.dtype(var.dtype.as_numpy_dtype)
+    if value.dtype != expected:
+        return (f"variable '{name}' is {expected.name} in the graph but {value.dtype.name} "
+                "in the checkpoint")
+    if not var.shape.is_compatible_with(value.shape):
+        return (f"variable '{name}' has shape {var.shape} in the graph but "
+                f"{tuple(value.shape)} in the checkpoint")
+    return None
+
+
+def _run(sess, graph, fetches, feed_dict=None):
+    if sess.graph is not graph:
+        raise ValueError("The Session runs another graph than the one this Saver was "
+                         "built in; build the Saver after the model, in the same graph")
+    return sess.run(fetches, feed_dict=feed_dict)
+
+
+def _step_value(sess, global_step):
+    if global_step is None:
+        return None
+    if isinstance(global_step, (state_ops.Variable, core.Tensor)):
+        global_step = sess.run(global_step)
+    return int(global_step)
+
+
+def _checkpoint_path(save_path, step, pad):
+    base = save_path[:-4] if save_path.endswith(".npz") else save_path
+    if step is not None:
+        base += f"-{step:08d}" if pad else f"-{step}"
+    return base + ".npz"
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        logger.warning("towerflow: could not delete old checkpoint %s: %s", path, err)
