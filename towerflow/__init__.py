@@ -14,7 +14,7 @@ import types as _types
 
 from . import backends as _backends  # noqa: F401
 from .backends import numpy_backend as _numpy_backend  # noqa: F401  (CPU kernels)
-from . import config, device_lib, errors, layers, losses, nn, parallel, train
+from . import config, data, device_lib, errors, layers, losses, nn, parallel, train
 from . import testing as test
 from .autodiff import gradients, stop_gradient
 from .device import DeviceSpec

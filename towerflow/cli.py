@@ -1,6 +1,8 @@
 """The ``towerflow`` command (also ``python -m towerflow``).
 
     towerflow                      # a short demonstration of the device model
+    towerflow train digits --cpu-towers 2 --json-out result.json
+    towerflow devices --json
     towerflow launch -n 2 -- python train.py --epochs 3
 
 Errors print one line and exit non-zero; ``--debug`` shows the traceback.
@@ -8,6 +10,9 @@ Errors print one line and exit non-zero; ``--debug`` shows the traceback.
 
 import argparse
 import sys
+
+from . import cli_train
+from .errors import OpError
 
 
 def main(argv=None):
@@ -17,7 +22,7 @@ def main(argv=None):
         argv.remove("--debug")
     try:
         return _dispatch(argv)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError, OpError) as err:
         if debug:
             raise
         print(f"towerflow: error: {err}", file=sys.stderr)
@@ -30,6 +35,10 @@ def _dispatch(argv):
     if args.command == "launch":
         from . import launch
         return launch.launch(args.num_ranks, command or [], timeout=args.timeout)
+    if args.command == "train":
+        return cli_train.run_train(args)
+    if args.command == "devices":
+        return cli_train.run_devices(args)
     from . import demo
     return demo.main()
 
@@ -50,6 +59,7 @@ def _parser():
     launch.add_argument("-n", "--num-ranks", type=int, required=True)
     launch.add_argument("--timeout", type=float, default=None,
                         help="seconds a collective waits for its peers (default 60)")
+    cli_train.add_train_parser(commands)
     return parser
 
 

@@ -1,0 +1,88 @@
+"""`towerflow train` end to end on the digits recipe: accuracy, exact resume,
+resume on another tower count, the JSON summary, and one-line CLI errors."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+import towerflow as tf
+from towerflow import cli, training
+from towerflow.recipes import get
+
+pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
+                                      "(pip install 'towerflow[data]')")
+JSON_KEYS = {"recipe", "devices", "towers", "all_reduce", "steps", "final_loss",
+             "test_accuracy", "samples_per_sec", "wall_seconds"}
+
+
+def towers(count):
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
+    return [f"/cpu:{i}" for i in range(count)]
+
+
+def curve(directory):
+    with open(directory / "training_curve.csv", newline="") as source:
+        return list(csv.DictReader(source))
+
+
+def test_digits_trains_to_095_on_two_cpu_towers(tmp_path, no_gpu):
+    result = training.fit(get("digits"), towers(2), epochs=4, quiet=True,
+                          json_out=str(tmp_path / "result.json"))
+    assert result["test_accuracy"] >= 0.95
+    written = json.loads((tmp_path / "result.json").read_text())
+    assert set(written) == JSON_KEYS
+    assert written["towers"] == 2 and written["recipe"] == "digits"
+
+
+def test_resume_reproduces_the_losses_of_an_uninterrupted_run(tmp_path, no_gpu):
+    devices = towers(2)
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    training.fit(get("digits"), devices, epochs=4, quiet=True, checkpoint_dir=str(straight))
+    # interrupted in the middle of epoch 2 (23 steps an epoch), then resumed
+    training.fit(get("digits"), devices, epochs=4, steps=30, quiet=True,
+                 checkpoint_dir=str(interrupted))
+    training.fit(get("digits"), devices, epochs=4, quiet=True,
+                 checkpoint_dir=str(interrupted), resume=True)
+    assert curve(interrupted) == curve(straight)
+
+
+def test_resume_with_another_tower_count(tmp_path, no_gpu):
+    devices = towers(4)
+    training.fit(get("digits"), devices[:3], epochs=2, quiet=True, checkpoint_dir=str(tmp_path))
+    result = training.fit(get("digits"), devices[:1], epochs=3, quiet=True,
+                          checkpoint_dir=str(tmp_path), resume=True)
+    rows = curve(tmp_path)
+    assert [row["epoch"] for row in rows] == ["1", "2", "3"]
+    assert result["test_accuracy"] >= 0.9
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "towerflow", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "mystery"], "unknown recipe 'mystery'; the recipes are: digits"),
+    (["train", "digits", "--devices", "/gpu:7"], "device '/gpu:7' does not exist"),
+    (["train", "digits", "--data-dir", "/no/such/dir"], "is not a directory"),
+])
+def test_cli_errors_are_one_line_and_exit_non_zero(args, message):
+    done = run_cli(*args)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [f"towerflow: error: {lines[0].split('error: ', 1)[1]}"]
+    assert message in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_devices_json_lists_the_cpu_and_says_why_no_gpu(capsys, no_gpu):
+    assert cli.main(["devices", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["devices"][0]["device_type"] == "CPU"
+    assert report["gpu_unavailable_reason"]
+    assert "numpy" in report["versions"]

@@ -1,0 +1,143 @@
+"""``towerflow train`` and ``towerflow devices``: the argument handling, kept
+apart from the training loop (towerflow/training.py)."""
+
+import json
+import os
+
+from .device import DeviceSpec, runtime
+
+
+def add_train_parser(commands):
+    train = commands.add_parser("train", help="train a recipe: towerflow train digits")
+    train.add_argument("recipe")
+    where = train.add_mutually_exclusive_group()
+    where.add_argument("--devices", help="comma-separated towers, e.g. /gpu:0,/gpu:1")
+    where.add_argument("--towers", type=int, help="the first N GPUs (or logical CPUs)")
+    where.add_argument("--cpu-towers", type=int, help="N logical CPUs as towers")
+    train.add_argument("--all-reduce", default="auto",
+                       choices=["auto", "cpu", "local", "nccl", "mpi"])
+    train.add_argument("--batch-size", type=int)
+    length = train.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int)
+    length.add_argument("--steps", type=int)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--data-dir")
+    train.add_argument("--checkpoint-dir")
+    train.add_argument("--resume", action="store_true")
+    train.add_argument("--log-device-placement", action="store_true")
+    train.add_argument("--json-out")
+    train.add_argument("--quiet", action="store_true")
+    devices = commands.add_parser("devices", help="the devices towerflow sees, and why "
+                                                  "no GPU is usable if none is")
+    devices.add_argument("--json", action="store_true")
+
+
+def run_train(args):
+    from . import recipes, training
+    recipe = recipes.get(args.recipe)
+    if args.data_dir and not os.path.isdir(args.data_dir):
+        raise FileNotFoundError(f"--data-dir {args.data_dir!r} is not a directory")
+    devices = choose_devices(args)
+    result = training.fit(recipe, devices, all_reduce=args.all_reduce,
+                          batch_size=args.batch_size, epochs=args.epochs, steps=args.steps,
+                          seed=args.seed, data_dir=args.data_dir,
+                          checkpoint_dir=args.checkpoint_dir, resume=args.resume,
+                          log_device_placement=args.log_device_placement,
+                          quiet=args.quiet, json_out=args.json_out)
+    if not args.quiet:
+        print(f"{result['recipe']}: test accuracy {result['test_accuracy']:.4f}, "
+              f"{result['samples_per_sec']:.0f} samples/s on {result['towers']} towers "
+              f"({', '.join(result['devices'])}), {result['wall_seconds']:.1f} s")
+    return 0
+
+
+def choose_devices(args):
+    """The tower devices of ``towerflow train`` (logical CPUs are split here)."""
+    if args.cpu_towers is not None:
+        return _split_cpu(args.cpu_towers)
+    if args.devices:
+        return _existing([name.strip() for name in args.devices.split(",") if name.strip()])
+    gpus = [d for d in runtime.peek_logical_devices() if d.device_type == "GPU"]
+    if gpus:
+        count = args.towers or len(gpus)
+        if count > len(gpus):
+            raise ValueError(f"--towers {count}: only {len(gpus)} GPUs are visible")
+        return [f"/gpu:{d.index}" for d in gpus[:count]]
+    return _split_cpu(args.towers or os.cpu_count() or 1)
+
+
+def _split_cpu(count):
+    if count < 1:
+        raise ValueError(f"--cpu-towers needs at least 1, got {count}")
+    from . import config
+    cpu = config.list_physical_devices("CPU")[0]
+    if count > 1:
+        config.set_logical_device_configuration(
+            cpu, [config.LogicalDeviceConfiguration()] * count)
+    return [f"/cpu:{index}" for index in range(count)]
+
+
+def _existing(names):
+    devices = runtime.peek_logical_devices()
+    for name in names:
+        spec = DeviceSpec.from_string(name)
+        if spec.device_type is None or not any(spec.matches(d.spec) for d in devices):
+            listed = ", ".join(d.short_name for d in devices)
+            raise ValueError(f"device {name!r} does not exist; the devices are: {listed}")
+    return names
+
+
+def run_devices(args):
+    report = devices_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for device in report["devices"]:
+        where = ""
+        if device["device_type"] == "GPU":
+            where = (f"  physical GPU {device['physical_gpu']} ({device['gpu_name']}, "
+                     f"pci {device['pci_bus_id']})")
+        print(f"{device['name']:<46} memory limit {device['memory_limit'] / 2**20:>9.0f} MB"
+              f"{where}")
+    if report["gpu_unavailable_reason"]:
+        print(f"no GPU is usable: {report['gpu_unavailable_reason']}")
+    print("versions: " + ", ".join(f"{key} {value}" for key, value in
+                                   report["versions"].items()))
+    return 0
+
+
+def devices_report():
+    """The logical devices, why no GPU is usable (if so), and library versions."""
+    devices = [{"name": d.name, "device_type": d.device_type, "index": d.index,
+                "memory_limit": d.memory_limit,
+                "physical_gpu": d.gpu.index if d.gpu else None,
+                "gpu_name": d.gpu.name if d.gpu else None,
+                "pci_bus_id": d.gpu.pci_bus_id if d.gpu else None}
+               for d in runtime.peek_logical_devices()]
+    return {"devices": devices, "gpu_unavailable_reason": runtime.gpu_unavailable_reason(),
+            "versions": _versions()}
+
+
+def _versions():
+    import numpy
+    found = {"towerflow": _own_version(), "numpy": numpy.__version__}
+    try:
+        import cupy
+        found["cupy"] = cupy.__version__
+        found["cuda_runtime"] = _call(lambda: cupy.cuda.runtime.runtimeGetVersion())
+        found["nccl"] = _call(lambda: cupy.cuda.nccl.get_version())
+    except Exception:   # CuPy missing or broken: devices_report says why
+        found["cupy"] = None
+    return found
+
+
+def _call(getter):
+    try:
+        return getter()
+    except Exception:
+        return None
+
+
+def _own_version():
+    from . import __version__
+    return __version__

@@ -1,0 +1,27 @@
+"""Data sets and the input pipeline.
+
+::
+
+    from towerflow import data
+    train, test, class_names = data.cifar10.load('~/data')    # uint8 NHWC, int64 labels
+    train, test, class_names = data.digits.load()              # float32 [N, 8, 8, 1]
+    mnist = data.mnist.read_data_sets('MNIST_data')            # TF 1.x's tutorial reader
+
+    mean, std = data.channel_stats(train.images)
+    with data.Pipeline(train.images, train.labels, batch_size=128, seed=0,
+                       crop_padding=4, flip=True, mean=mean, std=std) as pipeline:
+        for images, labels in pipeline.epoch():
+            ...
+
+Loaders never download at run time (``cifar10.download`` is there for machines
+that are online). ``tf.parallel.DataParallel`` cuts each global batch into
+tower shards itself; ``shard_sizes(batch, num_towers)`` says how.
+"""
+
+from . import augment, cifar10, digits, mnist
+from .augment import channel_stats
+from .pipeline import Pipeline
+from .splits import Split, Splits, shard_sizes
+
+__all__ = ["Pipeline", "Split", "Splits", "shard_sizes", "channel_stats",
+           "augment", "cifar10", "digits", "mnist"]
