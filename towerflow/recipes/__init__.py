@@ -13,7 +13,7 @@
 
 import importlib
 
-NAMES = ("digits",)
+NAMES = ("digits", "cifar10")
 
 
 def get(name):
