@@ -4,18 +4,16 @@ dropout) and categorical sampling, written against ``xp``."""
 import math
 
 from .. import errors
+from .cpu_threads import SERIAL
 
 
-def build_activation_kernels(xp):
-    """The activation kernel table for array module ``xp``."""
+def build_activation_kernels(xp, parallel=SERIAL):
+    """The activation kernel table for array module ``xp``; ``parallel`` (see
+    :mod:`.cpu_threads`) splits the big kernels across CPU threads."""
     def fixed(fn):
         return lambda ctx: fn
 
-    def relu(x):
-        return xp.maximum(x, 0)
-
-    def relu_grad(grad, y):
-        return grad * (y > 0)
+    split = _SplitKernels(xp, parallel)
 
     def elu(x):
         return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)))
@@ -23,21 +21,109 @@ def build_activation_kernels(xp):
     def elu_grad(grad, y):
         return xp.where(y > 0, grad, grad * (y + 1))
 
-    def bias_add_grad(grad):
-        return grad.reshape(-1, grad.shape[-1]).sum(axis=0)
-
     return {
-        "Relu": fixed(relu), "ReluGrad": fixed(relu_grad),
+        "Relu": fixed(split.relu), "ReluGrad": fixed(split.relu_grad),
         "Elu": fixed(elu), "EluGrad": fixed(elu_grad),
         "Gelu": lambda ctx: _gelu(xp, ctx.attrs["approximate"], ctx.output_dtypes[0]),
         "GeluGrad": lambda ctx: _gelu_grad(xp, ctx.attrs["approximate"],
                                            ctx.output_dtypes[0]),
         "Softmax": lambda ctx: _softmax(xp, ctx.attrs["axis"]),
         "LogSoftmax": lambda ctx: _log_softmax(xp, ctx.attrs["axis"]),
-        "BiasAdd": fixed(xp.add), "BiasAddGrad": fixed(bias_add_grad),
+        "BiasAdd": fixed(split.bias_add), "BiasAddGrad": fixed(split.bias_add_grad),
         "Dropout": lambda ctx: _dropout(xp, ctx),
         "Multinomial": lambda ctx: _multinomial(xp, ctx),
     }
+
+
+# Below this many elements the kernels below take NumPy's plain one-call path:
+# their own set-up would cost more than it saves.
+_SMALL = 1 << 12
+_LONG_ROW = 2048
+
+
+class _SplitKernels:
+    """ReLU and bias kernels that split big arrays across the CPU threads (see
+    ``parallel.for_ranges``). Small inputs, and inputs they do not expect
+    (strided, mixed dtypes, broadcasting), take the plain one-call path."""
+
+    def __init__(self, xp, parallel):
+        self.xp, self.parallel = xp, parallel
+        self._zeros, self._ones = {}, {}
+
+    def _zeros_of(self, size, dtype):
+        """``size`` zeros: NumPy's maximum against an array runs vectorised,
+        against a scalar 0 several times slower."""
+        zeros = self._zeros.get(dtype)
+        if zeros is None or zeros.shape[0] < size:
+            zeros = self._zeros[dtype] = self.xp.zeros(size, dtype)
+        return zeros[:size]
+
+    def relu(self, x):
+        xp = self.xp
+        if x.size < _SMALL or not self.parallel.host or not _plain_floats(x):
+            return xp.maximum(x, 0)
+        out = xp.empty_like(x)
+        x_flat, out_flat = x.reshape(-1), out.reshape(-1)
+        self.parallel.for_ranges(x.size, lambda start, stop: xp.maximum(
+            x_flat[start:stop], self._zeros_of(stop - start, x.dtype), out=out_flat[start:stop]))
+        return out
+
+    def relu_grad(self, grad, y):
+        xp = self.xp
+        if self.parallel.parts(grad.size, grad.size) == 1 or not _plain_floats(grad, y):
+            return grad * (y > 0)
+        out = xp.empty_like(grad)
+        grad_flat, y_flat, out_flat = grad.reshape(-1), y.reshape(-1), out.reshape(-1)
+
+        def block(start, stop):
+            xp.multiply(grad_flat[start:stop], y_flat[start:stop] > 0, out=out_flat[start:stop])
+        self.parallel.for_ranges(grad.size, block)
+        return out
+
+    def bias_add(self, x, bias):
+        xp = self.xp
+        if x.size < _SMALL or bias.ndim != 1 or x.ndim < 1 or bias.shape[0] != x.shape[-1] or \
+                not _plain_floats(x) or bias.dtype != x.dtype:
+            return xp.add(x, bias)
+        channels = bias.shape[0]
+        if channels >= _LONG_ROW // 4 and self.parallel.parts(x.size, x.size) == 1:
+            return xp.add(x, bias)
+        # NOTE: rows of ~2048 values against a bias tiled to match: broadcasting
+        # a short bias makes NumPy's inner loop as short as the channel count.
+        repeat = max(1, _LONG_ROW // channels)
+        if (x.size // channels) % repeat:
+            repeat = 1
+        row = channels * repeat
+        tiled = xp.tile(bias, repeat) if repeat > 1 else bias
+        out = xp.empty_like(x)
+        x_rows, out_rows = x.reshape(-1, row), out.reshape(-1, row)
+
+        def block(start, stop):
+            xp.add(x_rows[start // row:stop // row], tiled, out=out_rows[start // row:stop // row])
+        self.parallel.for_ranges(x.size, block, align=row)
+        return out
+
+    def bias_add_grad(self, grad):
+        grad2d = grad.reshape(-1, grad.shape[-1])
+        if grad.size < _SMALL or grad.dtype.kind != "f" or grad.dtype.itemsize < 4:
+            return grad2d.sum(axis=0)
+        # NOTE: ones @ grad2d is a BLAS gemv, several times faster than NumPy's
+        # sum(axis=0); one call, as splitting it across threads cost more than
+        # it saved.
+        return self.xp.matmul(self._ones_vector(grad2d.shape[0], grad.dtype), grad2d)
+
+    def _ones_vector(self, rows, dtype):
+        ones = self._ones.get(dtype)
+        if ones is None or ones.shape[0] < rows:
+            ones = self._ones[dtype] = self.xp.ones(rows, dtype)
+        return ones[:rows]
+
+
+def _plain_floats(first, *others):
+    """Whether the arrays are C-contiguous floats of one dtype and shape."""
+    return first.dtype.kind == "f" and first.flags.c_contiguous and all(
+        other.dtype == first.dtype and other.shape == first.shape and
+        other.flags.c_contiguous for other in others)
 
 
 def _softmax(xp, axis):

@@ -14,25 +14,28 @@ import itertools
 import numpy as np
 
 from .. import errors
+from . import parallel_gemm
 from .activation_kernels import build_activation_kernels
+from .cpu_threads import SERIAL
 from .gradient_kernels import build_gradient_kernels
 from .nn_kernels import build_nn_kernels
 from .parallel_kernels import build_parallel_kernels
 from .training_kernels import build_training_kernels
 
 
-def build_kernels(xp):
-    """The kernel table for array module ``xp``."""
+def build_kernels(xp, parallel=SERIAL):
+    """The kernel table for array module ``xp``; ``parallel`` (see
+    :mod:`.cpu_threads`) splits the big kernels across CPU threads."""
     table = {}
     table.update(_source_kernels(xp))
-    table.update(_elementwise_kernels(xp))
+    table.update(_elementwise_kernels(xp, parallel))
     table.update(_reduction_kernels(xp))
     table.update(_array_kernels(xp))
     table.update(_random_kernels(xp))
     table.update(_state_kernels(xp))
     table.update(build_gradient_kernels(xp))
-    table.update(build_activation_kernels(xp))
-    table.update(build_nn_kernels(xp))
+    table.update(build_activation_kernels(xp, parallel))
+    table.update(build_nn_kernels(xp, parallel))
     table.update(build_training_kernels(xp))
     table.update(build_parallel_kernels(xp))
     for name in ("FusedBatchNorm", "FusedBatchNormGrad"):
@@ -87,7 +90,7 @@ def _source_kernels(xp):
             "ZerosLike": like(0), "OnesLike": like(1), "NoOp": _fixed(lambda: None)}
 
 
-def _elementwise_kernels(xp):
+def _elementwise_kernels(xp, parallel):
     def rsqrt(x):
         return xp.reciprocal(xp.sqrt(x))
 
@@ -113,7 +116,7 @@ def _elementwise_kernels(xp):
         "LogicalNot": xp.logical_not,
     }
     table = {name: _fixed(fn) for name, fn in fns.items()}
-    table["MatMul"] = lambda ctx: _matmul_kernel(xp, ctx.attrs)
+    table["MatMul"] = lambda ctx: _matmul_kernel(xp, ctx.attrs, parallel)
     table["Cast"] = lambda ctx: functools.partial(_cast, dtype=ctx.output_dtypes[0])
     table["AddN"] = _fixed(_add_n)
     table["FloorDiv"] = lambda ctx: _floor_div_kernel(xp, ctx.output_dtypes[0])
@@ -128,9 +131,9 @@ def _floor_div_kernel(xp, dtype):
     return lambda x, y: xp.floor(xp.true_divide(x, y))
 
 
-def _matmul_kernel(xp, attrs):
+def _matmul_kernel(xp, attrs, parallel):
     transpose_a, transpose_b = attrs["transpose_a"], attrs["transpose_b"]
-    if not (transpose_a or transpose_b):
+    if parallel.workers == 1 and not (transpose_a or transpose_b):
         return xp.matmul
 
     def matmul(a, b):
@@ -138,6 +141,8 @@ def _matmul_kernel(xp, attrs):
             a = xp.swapaxes(a, -1, -2)
         if transpose_b:
             b = xp.swapaxes(b, -1, -2)
+        if a.ndim == 2 and b.ndim == 2:
+            return parallel_gemm.matmul(xp, parallel, a, b)
         return xp.matmul(a, b)
     return matmul
 

@@ -7,9 +7,9 @@ import numpy as np
 
 from ..graph import registry
 from . import register_backend
+from .cpu_threads import cpu_pool
 from .collective_kernels import build_collective_kernels
 from .kernels import build_kernels
-
 
 
 def retain_freed_memory():
@@ -33,7 +33,8 @@ def retain_freed_memory():
 
 
 retain_freed_memory()
-KERNELS = build_kernels(np)
+CPU_POOL = cpu_pool()   # the threads every CPU kernel splits its big work across
+KERNELS = build_kernels(np, CPU_POOL)
 KERNELS.update(build_collective_kernels())  # MPI moves host arrays
 registry.register_kernels("CPU", KERNELS)
 

@@ -1,0 +1,84 @@
+"""Where a towerflow training step of a cpu_peers.py model spends its time.
+
+Times every step of the compiled plan (one kernel call each) over many
+training steps and prints, per op type and per op, the median time per
+training step in ms::
+
+    python benchmarks/profile_step.py [--model cnn] [--steps 30] [--ops 12]
+
+Timing each kernel adds a few microseconds per op; the step total printed
+first is measured without it.
+"""
+
+import argparse
+import collections
+import statistics
+import time
+
+import cpu_peers
+
+from towerflow import plan as plan_module
+
+
+def profile(model, steps):
+    """({op name: [seconds per step]}, {op name: op type}, [untimed step seconds])."""
+    spec = cpu_peers.MODELS[model]
+    run_step = cpu_peers.towerflow_step(model, spec)
+    batches = cpu_peers.make_batches(spec)
+    for batch in batches[:3]:
+        run_step(batch)
+    plain = []
+    for i in range(steps):
+        start = time.perf_counter()
+        run_step(batches[i % len(batches)])
+        plain.append(time.perf_counter() - start)
+    per_op, op_types = collections.defaultdict(list), {}
+    original = plan_module.Plan.run
+    plan_module.Plan.run = _timed_run(per_op, op_types)
+    try:
+        for i in range(steps):
+            run_step(batches[i % len(batches)])
+    finally:
+        plan_module.Plan.run = original
+    return per_op, op_types, plain
+
+
+def _timed_run(per_op, op_types):
+    def run(plan, feed_values):
+        slots = plan._initial.copy()
+        for slot, convert, value in zip(plan._feed_slots, plan._feed_converters, feed_values):
+            slots[slot] = convert(value)
+        for step in plan._steps:
+            start = time.perf_counter()
+            step(slots)
+            op = plan._step_ops[step]
+            per_op[op.name].append(time.perf_counter() - start)
+            op_types[op.name] = op.type
+        return [fetch(slots) for fetch in plan._fetchers]
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="cnn", choices=sorted(cpu_peers.MODELS))
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--ops", type=int, default=12, help="how many of the slowest ops")
+    args = parser.parse_args()
+    per_op, op_types, plain = profile(args.model, args.steps)
+    print(f"{args.model}: step {statistics.median(plain) * 1e3:.1f} ms (median of "
+          f"{args.steps}, untimed)")
+    medians = {name: statistics.median(times) * 1e3 for name, times in per_op.items()}
+    by_type = collections.defaultdict(float)
+    for name, ms in medians.items():
+        by_type[op_types[name]] += ms
+    print(f"\n{'op type':36s} {'ms/step':>8s}")
+    for op_type, ms in sorted(by_type.items(), key=lambda item: -item[1])[:args.ops]:
+        print(f"{op_type:36s} {ms:8.2f}")
+    print(f"\n{'op':60s} {'ms/step':>8s}")
+    for name, ms in sorted(medians.items(), key=lambda item: -item[1])[:args.ops]:
+        print(f"{name[-60:]:60s} {ms:8.2f}")
+    print(f"{'sum of the medians of all ops':60s} {sum(medians.values()):8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""Parallel work for the NumPy backend: one persistent pool of CPU threads.
+
+Kernels are written against ``xp`` and split their big loops into parts
+(image blocks of a batch, rows of a GEMM, ranges of an elementwise op)
+through a *parallel* object; the GPU backend and directly built kernel tables
+get :data:`SERIAL`, which runs the parts one after another::
+
+    parallel = cpu_pool()                         # the NumPy backend's pool
+    parallel.run(lambda part: work(part), 4)     # parts 0..3 on all CPUs
+
+NumPy releases the GIL inside ufunc loops, copies and BLAS calls, so the
+threads really run side by side. A part's work never depends on which thread
+runs it or when, so results are bit-identical run after run.
+
+NOTE: OpenBLAS is single-threaded once the pool runs. Its worker threads
+spin for ~0.1 s after every GEMM they share; on a machine with few cores
+they steal the cores that the next kernel splits across. GEMMs over long
+batches of rows (convolutions) are split across the pool instead; the
+others, where OpenBLAS's threads share packed operands and start at once,
+get them back for their duration (:meth:`WorkerPool.blas_threads`).
+TOWERFLOW_CPU_THREADS=1 turns the pool off (OpenBLAS keeps its threads); =N
+sizes it.
+"""
+
+import contextlib
+import ctypes
+import os
+import queue
+import threading
+import weakref
+
+# Below this many elements a part is not worth handing to another thread: a
+# hand-off to a sleeping thread costs tens of microseconds (more in a VM).
+MIN_PARALLEL_ELEMENTS = 1 << 17
+# GEMMs of this many multiply-adds or more run on all CPUs: split by the pool
+# along a dimension of at least MIN_SPLIT_ROWS (a batch of rows: the parts share
+# nothing), else inside OpenBLAS, whose threads share their packed operands
+# and spin between calls (MLP layers: short GEMMs back to back). The pool makes
+# more parts than threads only where each has MIN_PART_FLOPS or more.
+MIN_PARALLEL_FLOPS = 1 << 22
+MIN_SPLIT_ROWS = 2048
+MIN_PART_FLOPS = 1 << 25
+
+
+class Serial:
+    """Runs the parts in order on the calling thread (GPUs, tests, fallback)."""
+
+    workers = 1
+    host = False     # True: arrays are NumPy's, in host memory (NumPy-only tricks pay)
+
+    def run(self, work, count):
+        """``work(part)`` for every part in ``range(count)``."""
+        for part in range(count):
+            work(part)
+
+    def for_ranges(self, size, work, align=1):
+        """``work(start, stop)`` over flat ranges covering ``range(size)``, one or
+        a few per thread (starts and stops multiples of ``align``).
+
+        NOTE: one NumPy call per part, not a loop of cache-sized blocks: with
+        many short calls the threads mostly wait for each other's GIL."""
+        units = size // align
+        parts = self.parts(units, size)
+        if parts == 1:
+            work(0, size)
+            return
+        ranges = [(start * align, stop * align) for start, stop in split(units, parts)]
+        self.run(lambda index: work(*ranges[index]), parts)
+
+    def parts(self, size, elements):
+        """How many parts to split ``size`` items totalling ``elements`` into."""
+        return 1
+
+    def gemm_parts(self, size, flops, rows=None):
+        """How many parts to split a GEMM of ``flops`` multiply-adds into along a
+        dimension of ``size`` items of ``rows // size`` rows (default 1)."""
+        return 1
+
+    def blas_threads(self, flops):
+        """A context for one unsplit GEMM of ``flops`` multiply-adds."""
+        return _NO_CONTEXT
+
+
+SERIAL = Serial()
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+class _BlasThreads:
+    """OpenBLAS at ``count`` threads inside the ``with`` block, one after it."""
+
+    def __init__(self, count):
+        self.count = count
+
+    def __enter__(self):
+        set_blas_threads(self.count)
+
+    def __exit__(self, *exc_info):
+        set_blas_threads(1)
+
+
+class WorkerPool(Serial):
+    """``workers`` threads: the caller and ``workers - 1`` daemon threads.
+
+    ``run(work, count)`` hands the parts out in order to whichever thread is
+    free (a thread the hypervisor stalls holds up one part, not a fixed
+    share) and returns when every part is done, raising the error of the
+    lowest failing part. A call made while the pool is busy (from a worker,
+    or from a second Python thread) runs serially on its own thread instead.
+    """
+
+    parts_per_worker = 2     # more parts: better balance; fewer: fewer hand-offs
+    host = True
+
+    def __init__(self, workers):
+        self.workers = workers
+        self._busy = threading.Lock()
+        self._starting = threading.Lock()
+        self._inboxes = []
+        self._done = queue.SimpleQueue()
+        self._pid = None
+        self._blas_threads = None     # OpenBLAS's own count, once made single-threaded
+        _POOLS.add(self)
+
+    def parts(self, size, elements):
+        if elements < MIN_PARALLEL_ELEMENTS or self.workers == 1:
+            return 1
+        return min(size, self.workers * self.parts_per_worker)
+
+    def gemm_parts(self, size, flops, rows=None):
+        rows = size if rows is None else rows
+        if flops < MIN_PARALLEL_FLOPS or rows < MIN_SPLIT_ROWS or size < 2 or \
+                self.workers == 1:
+            return 1
+        self._start()
+        if self._blas_threads is None:   # NOTE: BLAS threads itself: splitting oversubscribes
+            return 1
+        parts = self.workers * self.parts_per_worker
+        if flops < parts * MIN_PART_FLOPS:
+            parts = self.workers
+        return min(size, parts)
+
+    def blas_threads(self, flops):
+        """OpenBLAS's threads for an unsplit GEMM of MIN_PARALLEL_FLOPS or more
+        (once the pool has made OpenBLAS single-threaded); one thread otherwise."""
+        if flops < MIN_PARALLEL_FLOPS or self.workers == 1 or not self._blas_threads:
+            return _NO_CONTEXT
+        return _BlasThreads(self._blas_threads)
+
+    def run(self, work, count):
+        if count <= 1 or self.workers == 1 or not self._busy.acquire(blocking=False):
+            return Serial.run(self, work, count)
+        try:
+            self._start()
+            self._run(work, count)
+        finally:
+            self._busy.release()
+
+    def _run(self, work, count):
+        job = _Job(work, count)
+        helpers = min(count, self.workers) - 1
+        for inbox in self._inboxes[:helpers]:
+            inbox.put(job)
+        try:
+            job.drain()
+        finally:
+            for _ in range(helpers):
+                self._done.get()
+        if job.errors:
+            raise job.errors[min(job.errors)]
+
+    def _start(self):
+        """Start the threads (again in a forked child: threads do not survive fork)."""
+        if self._pid == os.getpid():
+            return
+        with self._starting:
+            if self._pid == os.getpid():
+                return
+            self._inboxes = [queue.SimpleQueue() for _ in range(self.workers - 1)]
+            self._done = queue.SimpleQueue()
+            for index, inbox in enumerate(self._inboxes, start=1):
+                thread = threading.Thread(target=_serve, args=(inbox, self._done),
+                                          name=f"towerflow-cpu-{index}", daemon=True)
+                thread.start()
+            threads = get_blas_threads()
+            self._blas_threads = threads if threads and set_blas_threads(1) else None
+            self._pid = os.getpid()
+
+    def _after_fork(self):
+        self._busy, self._starting = threading.Lock(), threading.Lock()
+        self._pid = None
+
+
+def _serve(inbox, done):
+    while True:
+        job = inbox.get()
+        job.drain()
+        done.put(None)
+
+
+class _Job:
+    """The parts of one ``run``, handed out in order to the threads that ask."""
+
+    def __init__(self, work, count):
+        self.work, self.errors = work, {}
+        self._next, self._lock = iter(range(count)), threading.Lock()
+
+    def drain(self):
+        while True:
+            with self._lock:
+                part = next(self._next, None)
+            if part is None:
+                return
+            try:
+                self.work(part)
+            except BaseException as err:  # noqa: B036 - re-raised by the caller
+                self.errors[part] = err
+
+
+_POOLS = weakref.WeakSet()
+
+
+def _forget_threads_after_fork():
+    for pool in list(_POOLS):
+        pool._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_threads_after_fork)
+
+
+def split(size, count):
+    """``count`` contiguous (start, stop) ranges covering ``range(size)``."""
+    return [(size * i // count, size * (i + 1) // count) for i in range(count)]
+
+
+# -- OpenBLAS ----------------------------------------------------------------------------
+
+_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+            "openblas_get_num_threads64_", "openblas_get_num_threads")
+_blas_api = None
+
+
+def _openblas_api():
+    """[(set_num_threads, get_num_threads)] of every OpenBLAS this process has
+    loaded (found through /proc/self/maps: Linux only; [] elsewhere)."""
+    global _blas_api
+    if _blas_api is None:
+        _blas_api = []
+        for library in _loaded_openblas():
+            setter = _function(library, _SETTERS, [ctypes.c_int], None)
+            getter = _function(library, _GETTERS, [], ctypes.c_int)
+            if setter is not None and getter is not None:
+                _blas_api.append((setter, getter))
+    return _blas_api
+
+
+def _loaded_openblas():
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps
+                     if line.count(" ") >= 5 and "openblas" in line.lower()}
+    except OSError:
+        return []
+    libraries = []
+    for path in sorted(paths):
+        try:
+            libraries.append(ctypes.CDLL(path))
+        except OSError:
+            pass
+    return libraries
+
+
+def _function(library, names, argtypes, restype):
+    for name in names:
+        function = getattr(library, name, None)
+        if function is not None:
+            function.argtypes, function.restype = argtypes, restype
+            return function
+    return None
+
+
+def set_blas_threads(count):
+    """Set OpenBLAS's thread count; False if no OpenBLAS was found (another BLAS,
+    not Linux): kernels stay correct, only slower."""
+    api = _openblas_api()
+    for setter, _ in api:
+        setter(count)
+    return bool(api)
+
+
+def get_blas_threads():
+    """OpenBLAS's thread count (of the first one loaded), or None."""
+    api = _openblas_api()
+    return api[0][1]() if api else None
+
+
+def cpu_pool():
+    """The NumPy backend's pool: TOWERFLOW_CPU_THREADS threads, by default as
+    many as the CPUs this process may run on."""
+    setting = os.environ.get("TOWERFLOW_CPU_THREADS", "")
+    try:
+        workers = int(setting) if setting else len(os.sched_getaffinity(0))
+    except (ValueError, AttributeError):
+        workers = os.cpu_count() or 1
+    return WorkerPool(max(workers, 1))
