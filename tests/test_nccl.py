@@ -110,3 +110,28 @@ def test_nccl_is_refused_for_logical_gpus_of_one_card(fake_gpus):
 def test_auto_picks_nccl_for_distinct_gpus(fake_gpus):
     fake_gpus(2)
     assert tf.parallel.choose(["/gpu:0", "/gpu:1"]).name == "nccl"
+
+
+def test_processes_join_one_nccl_world_through_an_mpi_broadcast():
+    calls = []
+
+    class Nccl:
+        @staticmethod
+        def get_unique_id():
+            return b"id-from-rank-0"
+
+        @staticmethod
+        def NcclCommunicator(nranks, unique_id, rank):
+            calls.append((nranks, unique_id, rank))
+            return "communicator"
+
+    class Comm:
+        def bcast(self, value, root):
+            calls.append(("bcast", value, root))
+            return b"id-from-rank-0"
+
+    for rank in (0, 1):
+        world = types.SimpleNamespace(rank=rank, size=2, comm=Comm())
+        assert nccl.join_across_processes(Nccl, world, device_id=rank) == ("communicator", rank)
+    assert calls == [("bcast", b"id-from-rank-0", 0), (2, b"id-from-rank-0", 0),
+                     ("bcast", None, 0), (2, b"id-from-rank-0", 1)]
