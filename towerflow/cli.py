@@ -30,8 +30,8 @@ def main(argv=None):
 
 
 def _dispatch(argv):
-    command, rest = _split_command(argv)
-    args = _parser().parse_args(argv if command is None else argv[:argv.index("--")])
+    command, options = _split_command(argv)
+    args = _parser().parse_args(options)
     if args.command == "launch":
         from . import launch
         return launch.launch(args.num_ranks, command or [], timeout=args.timeout)
@@ -44,7 +44,7 @@ def _dispatch(argv):
 
 
 def _split_command(argv):
-    """The program after '--' (for launch), or None."""
+    """(the program after '--' (for launch) or None, the options before it)."""
     if "--" not in argv:
         return None, argv
     return argv[argv.index("--") + 1:], argv[:argv.index("--")]

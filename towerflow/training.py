@@ -117,6 +117,7 @@ def _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, max_steps
     step_fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
     curve = progress.Curve(checkpoint_dir) if checkpoint_dir and model.is_chief else None
     start, examples, steps_done, last_loss = time.perf_counter(), 0, 0, None
+    test_accuracy = None   # evaluated after each epoch; after the loop only if none ran
     for epoch in range(first_epoch, epochs):
         with progress.EpochBar(epoch, epochs, pipeline.batches_per_epoch, quiet) as bar:
             for images, labels in pipeline.epoch():
@@ -136,7 +137,8 @@ def _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, max_steps
             break
     wall = time.perf_counter() - start
     return {"steps": int(sess.run(model.global_step)), "final_loss": _float(last_loss),
-            "test_accuracy": _float(evaluate(sess, model, splits.test)),
+            "test_accuracy": _float(test_accuracy if test_accuracy is not None
+                                    else evaluate(sess, model, splits.test)),
             "samples_per_sec": examples / wall if wall else 0.0, "wall_seconds": wall}
 
 
