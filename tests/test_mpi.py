@@ -102,3 +102,27 @@ class _Done:
 class _Never:
     def Test(self):
         return False
+
+
+@pytest.mark.parametrize("caught", [False, True], ids=["unhandled", "caught"])
+def test_a_rank_that_lost_a_peer_exits_with_status_1_without_finalizing(caught):
+    # MPI_Finalize waits for every rank, the dead one too: the exit must skip it.
+    program = "\n".join([
+        "import atexit",
+        "from towerflow.parallel import mpi",
+        "atexit.register(lambda: print('FINALIZED'))   # stands in for mpi4py's finalize",
+        "try:",
+        "    raise mpi.MpiWorld._unavailable(type('W', (), {'rank': 0, 'size': 2})(),",
+        "                                    [1], 'all-reduce x', 1.0)",
+        "except Exception:",
+        "    if not " + str(caught) + ":",
+        "        raise",
+        "print('SCRIPT DONE')",
+    ])
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert "FINALIZED" not in done.stdout
+    assert ("SCRIPT DONE" in done.stdout) == caught
+    if not caught:
+        assert "rank 1 did not join all-reduce x within 1 s" in done.stderr

@@ -13,11 +13,18 @@ compare what they are about to reduce (bucket count, shapes, dtypes), and a
 disagreement raises :class:`~towerflow.errors.InvalidArgumentError` naming
 the first mismatch.
 
+After a peer is found missing, this process can no longer finalize MPI (that
+waits for every rank, the dead one too): when it exits, it skips finalizing
+and exits with status 1, even if the script caught the error (see
+:func:`_exit_without_finalize`).
+
 ``towerflow launch -n N -- python train.py`` starts the ranks (see
 towerflow/launch.py); plain ``mpiexec -n N python train.py`` works too.
 """
 
+import atexit
 import os
+import sys
 import time
 
 import numpy as np
@@ -130,11 +137,41 @@ class MpiWorld:
                 time.sleep(_POLL_SECONDS)
 
     def _unavailable(self, missing, what, timeout):
+        _exit_without_finalize()
         who = (f"rank {missing[0]}" if len(missing) == 1 else f"ranks {missing}") \
             if missing else "a peer rank"
         return errors.UnavailableError(
             None, None, f"{who} did not join {what} within {timeout:g} s (seen from rank "
             f"{self.rank} of {self.size}): it died or stopped answering")
+
+
+_exit_armed = []
+
+
+def _exit_without_finalize():
+    """Make this process skip MPI_Finalize at exit (once a peer is missing it
+    can hang for ever) and exit with status 1: an unhandled error prints its
+    traceback first. Exit hooks registered before this call (mpi4py's
+    finalize among them) do not run; the run failed either way."""
+    if _exit_armed:
+        return
+    _exit_armed.append(True)
+    original_hook = sys.excepthook
+
+    def report_and_exit(*exc_info):
+        original_hook(*exc_info)
+        _flush_and_exit(1)
+    sys.excepthook = report_and_exit
+    atexit.register(_flush_and_exit, 1)
+
+
+def _flush_and_exit(status):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 def _first_mismatch(signatures):
