@@ -32,7 +32,8 @@ def _unbroadcast_shape(inputs, attrs):
 
 
 # The engine's one shape-fixing op: (grad, input) -> grad summed to input's shape.
-register_op("UnbroadcastGrad", _unbroadcast_shape, aliases_input=True)
+register_op("UnbroadcastGrad", _unbroadcast_shape, aliases_input=True,
+            shape_only_inputs=(1,))
 
 
 def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
@@ -124,7 +125,8 @@ def _backprop_op(graph, op, pending, between, xs, stopped):
             if grad is None or not tensor.dtype.is_floating:
                 continue
             if tensor in xs or (tensor.op in between and tensor not in stopped):
-                pending.setdefault(tensor, []).append(_unbroadcast(grad, tensor))
+                pending.setdefault(tensor, []).append(
+                    grad if op.op_def.exact_gradients else _unbroadcast(grad, tensor))
 
 
 def _zeros_for_missing(op, output_grads):

@@ -2,7 +2,9 @@
 
 ``Session.run`` compiles, once per (fetches, feed keys) signature, a
 :class:`Plan`: the subgraph the fetches need (pruned at fed tensors), in
-topological order, each op bound to its device's kernel, with a real copy
+topological order, chains of ops merged into one fused kernel where that
+changes nothing but speed (:mod:`.fusion`), each op bound to its device's
+kernel, with a real copy
 step wherever a value crosses devices. Running a plan is a flat loop over
 prebuilt closures on a list of value slots: no graph walking, no name
 lookups, no shape inference.
@@ -10,7 +12,7 @@ lookups, no shape inference.
 
 import numpy as np
 
-from . import errors
+from . import errors, fusion
 from .backends import KernelContext
 from .graph.core import Operation
 
@@ -34,8 +36,11 @@ class Plan:
         ops = _needed_ops(targets, feeds)
         self.ops = ops
         self._feed_slots, self._feed_converters = self._bind_feeds(feeds)
-        for op in ops:
-            self._bind_op(op)
+        self.units = fusion.fuse(ops, targets, feeds, placer.place,
+                                 lambda device: runtime_of(device).kernels) \
+            if fusion.enabled() else ops
+        for unit in self.units:
+            self._bind_op(unit)
         self._fetchers = [self._fetcher(target) for target in targets]
 
     # -- running -------------------------------------------------------------------
@@ -76,12 +81,16 @@ class Plan:
         return slots, converters
 
     def _bind_op(self, op):
-        device = self._placer.place(op)
+        """Bind a graph op, or a fusion.FusedOp (which knows its device)."""
+        device = op.device if isinstance(op, fusion.FusedOp) else self._placer.place(op)
         runtime = self._runtime_of(device)
         in_slots = [self._slot_on(tensor, device) for tensor in op.inputs]
         if self._forwards_without_a_step(op, device, in_slots):
             return
         out_slots = [self._output_slot(tensor, device) for tensor in op.outputs]
+        if isinstance(op, fusion.FusedOp):
+            for inner, stand_in in op.stand_ins.items():
+                self._slots.setdefault((inner, device), self._slots[(stand_in, device)])
         kernel = self._make_kernel(op, runtime)
         self._track_state_aliases(op, in_slots, out_slots)
         if op.type == "Const":

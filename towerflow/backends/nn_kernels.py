@@ -44,17 +44,34 @@ def _conv_kernels(xp, parallel):
     def conv2d(ctx):
         layout_of = _layout_maker(ctx.attrs)
 
-        def conv(x, w):
+        def conv(x, w, finish=None):
             kh, kw, channels, out_channels = w.shape
             lay = layout_of(x.shape, (kh, kw))
             w2d = w.reshape(kh * kw * channels, out_channels)
             if (kh, kw) + lay.strides == (1, 1, 1, 1):
                 patches = x.reshape(-1, channels)    # 1x1 stride 1: x is its own im2col
                 y = matmul_by_rows(xp, parallel, patches, w2d)
+                if finish is not None:
+                    finish(y)
             else:
-                patches, y = _im2col_matmul(xp, parallel, x, w2d, lay)
+                patches, y = _im2col_matmul(xp, parallel, x, w2d, lay, finish)
             return y.reshape(x.shape[0], lay.out_h, lay.out_w, out_channels), patches
         return conv
+
+    def fused_conv2d(ctx):
+        """Conv2D → BiasAdd (→ Relu) as one kernel (see towerflow.fusion): the
+        bias and ReLU go onto each image block's rows right after its GEMM."""
+        conv, relu = conv2d(ctx), ctx.attrs["activation"] == "Relu"
+        zeros = {}
+
+        def fused(x, w, bias):
+            def finish(rows):
+                _add_bias_in_place(xp, rows, bias)
+                if relu:
+                    _relu_in_place(xp, rows, zeros)
+            y, patches = conv(x, w, finish)
+            return patches, y
+        return fused
 
     def backprop_filter(ctx):
         filter_shape = tuple(ctx.attrs["filter_shape"])
@@ -82,12 +99,44 @@ def _conv_kernels(xp, parallel):
         return grad_input
 
     return {"Conv2D": conv2d, "Conv2DBackpropFilter": backprop_filter,
-            "Conv2DBackpropInput": backprop_input}
+            "Conv2DBackpropInput": backprop_input, "_FusedConv2D": fused_conv2d}
 
 
-def _im2col_matmul(xp, parallel, x, w2d, lay):
+# Rows of about this many values: broadcasting a short bias (or zeros) over
+# rows as long as the channel count makes NumPy's inner loop that short.
+_LONG_ROW = 2048
+
+
+def _long_rows(rows2d):
+    """``rows2d`` [R, C] (C-contiguous) as [R / k, k*C] with k*C near _LONG_ROW, and k."""
+    count, width = rows2d.shape
+    repeat = max(1, _LONG_ROW // width)
+    while repeat > 1 and count % repeat:
+        repeat //= 2
+    return rows2d.reshape(count // repeat, width * repeat), repeat
+
+
+def _add_bias_in_place(xp, rows2d, bias):
+    """rows2d += bias (a [C] vector) on [R, C] rows, as BiasAdd computes it."""
+    long_rows, repeat = _long_rows(rows2d)
+    xp.add(long_rows, xp.tile(bias, repeat) if repeat > 1 else bias, out=long_rows)
+
+
+def _relu_in_place(xp, rows2d, zeros_cache):
+    """rows2d = max(rows2d, 0), as Relu computes it: against an array of zeros
+    as long as the rows (NumPy's maximum against a scalar, or a broadcast row,
+    runs several times slower)."""
+    flat = rows2d.reshape(-1)
+    zeros = zeros_cache.get(flat.dtype)
+    if zeros is None or zeros.shape[0] < flat.shape[0]:
+        zeros = zeros_cache[flat.dtype] = xp.zeros(flat.shape[0], flat.dtype)
+    xp.maximum(flat, zeros[:flat.shape[0]], out=flat)
+
+
+def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
     """(patches, patches @ w2d), image block by image block across the threads,
-    each block's GEMM right after its patches (while they are still cached)."""
+    each block's GEMM right after its patches (while they are still cached),
+    then ``finish(rows)`` (if given) on the block's rows of the product."""
     n, _, _, channels = x.shape
     rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
     flops = n * rows_per_image * depth * w2d.shape[1]
@@ -95,7 +144,10 @@ def _im2col_matmul(xp, parallel, x, w2d, lay):
     if parts == 1:
         patches = _im2col(xp, x, lay)
         with parallel.blas_threads(flops):
-            return patches, xp.matmul(patches, w2d)
+            y = xp.matmul(patches, w2d)
+        if finish is not None:
+            finish(y)
+        return patches, y
     (kh, kw), out_hw = lay.window, (lay.out_h, lay.out_w)
     if _channel_major(lay, kw, channels):  # F-ordered: the transpose of a C-ordered grid
         grid = xp.empty((kh, kw, channels, n) + out_hw, x.dtype)
@@ -112,6 +164,8 @@ def _im2col_matmul(xp, parallel, x, w2d, lay):
         images = (slice(None),) * image_axis + (slice(start, stop),)
         _im2col(xp, x[start:stop], lay, out=grid[images])
         xp.matmul(patches[rows], w2d, out=y[rows])
+        if finish is not None:
+            finish(y[rows])
     parallel.run(part, parts)
     return patches, y
 

@@ -23,6 +23,17 @@ def _pool_kernels(xp, parallel):
         return lambda x, winner, grad: _max_pool_grad(xp, parallel, x, winner, grad,
                                                       layout_of(x.shape))
 
+    def max_pool_grad_relu(ctx):
+        """MaxPoolGrad → ReluGrad(·, x) as one kernel (see towerflow.fusion): the
+        cell a window's gradient goes to equals the window's max, so the
+        gradient is masked by ``max > 0`` before routing, on a pooled-size array."""
+        layout_of = _layout_maker(ctx.attrs)
+
+        def grad_fn(x, winner, grad, pooled):
+            masked = grad * (pooled > 0)
+            return (_max_pool_grad(xp, parallel, x, winner, masked, layout_of(x.shape)),)
+        return grad_fn
+
     def avg_pool(ctx):
         layout_of, dtype, scales = _layout_maker(ctx.attrs), ctx.output_dtypes[0], {}
 
@@ -48,6 +59,7 @@ def _pool_kernels(xp, parallel):
         return grad_fn
 
     return {"MaxPool": max_pool, "MaxPoolGrad": max_pool_grad,
+            "_MaxPoolGradRelu": max_pool_grad_relu,
             "AvgPool": avg_pool, "AvgPoolGrad": avg_pool_grad}
 
 

@@ -32,7 +32,13 @@ class OpDef:
     - ``forwards_input``: the output is the first input itself (Identity), so
       the plan passes the value on without running anything;
     - ``variadic_outputs``: the number of outputs depends on attributes (Split),
-      and the kernel always returns a sequence, even of one.
+      and the kernel always returns a sequence, even of one;
+    - ``shape_only_inputs``: the positions of inputs whose values the kernel
+      never reads, only their shape and dtype (UnbroadcastGrad's ``like``);
+    - ``exact_gradients``: the op broadcasts none of its inputs, so its gradient
+      function returns gradients of exactly its inputs' shapes and autodiff
+      adds no UnbroadcastGrad after them (which would keep a plan from fusing
+      the gradient ops, see towerflow.fusion).
     """
 
     op_type: str
@@ -44,16 +50,20 @@ class OpDef:
     forwards_input: bool = False
     variadic_outputs: bool = False
     gradient: Optional[Callable] = None
+    shape_only_inputs: tuple = ()
+    exact_gradients: bool = False
 
 
 def register_op(op_type, shape_fn, kernel=None, stateful=False, aliases_input=False,
-                aliases_state=False, forwards_input=False, variadic_outputs=False):
+                aliases_state=False, forwards_input=False, variadic_outputs=False,
+                shape_only_inputs=(), exact_gradients=False):
     """Define ``op_type``; defining one twice is a programming error."""
     if op_type in _OP_DEFS:
         raise KeyError(f"op type {op_type!r} is already registered")
     op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful,
                    aliases_input or forwards_input, aliases_state, forwards_input,
-                   variadic_outputs)
+                   variadic_outputs, shape_only_inputs=tuple(shape_only_inputs),
+                   exact_gradients=exact_gradients)
     _OP_DEFS[op_type] = op_def
     return op_def
 

@@ -25,7 +25,7 @@ def _reshape_shape(inputs, attrs):
     return [(shapes.reshape(inputs[0].shape, attrs["shape"]), inputs[0].dtype)]
 
 
-register_op("Reshape", _reshape_shape, aliases_input=True)
+register_op("Reshape", _reshape_shape, aliases_input=True, exact_gradients=True)
 
 
 def reshape(tensor, shape, name=None):
@@ -224,7 +224,7 @@ def _shape_shape(inputs, attrs):
     return [(TensorShape([rank]), attrs["out_type"])]
 
 
-register_op("Shape", _shape_shape)
+register_op("Shape", _shape_shape, shape_only_inputs=(0,))
 
 
 def shape(input, name=None, out_type=dtypes.int32):
@@ -286,7 +286,8 @@ def _like_shape_of_second(inputs, attrs):
 
 
 # (grad, input) -> grad reshaped to the input's run-time shape.
-register_op("ReshapeLike", _like_shape_of_second, aliases_input=True)
+register_op("ReshapeLike", _like_shape_of_second, aliases_input=True,
+            shape_only_inputs=(1,))
 
 
 def _reshape_like(grad, tensor):

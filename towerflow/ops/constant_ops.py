@@ -170,8 +170,8 @@ def _like_shape(inputs, attrs):
     return [(inputs[0].shape, dtype)]
 
 
-register_op("ZerosLike", _like_shape)
-register_op("OnesLike", _like_shape)
+register_op("ZerosLike", _like_shape, shape_only_inputs=(0,))
+register_op("OnesLike", _like_shape, shape_only_inputs=(0,))
 
 
 def zeros_like(tensor, dtype=None, name=None):

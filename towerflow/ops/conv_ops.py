@@ -74,7 +74,7 @@ def _conv2d_shape(inputs, attrs):
     return [(y, x.dtype), (TensorShape([None, columns]), x.dtype)]
 
 
-register_op("Conv2D", _conv2d_shape)
+register_op("Conv2D", _conv2d_shape, exact_gradients=True)
 # (x, w, grad) -> grad w.r.t. x;  (patches, grad) -> grad w.r.t. w
 register_op("Conv2DBackpropInput", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)])
 register_op("Conv2DBackpropFilter",
@@ -129,8 +129,8 @@ def _max_pool_shape(inputs, attrs):
 
 # (x) -> (y, winner): winner is the index, within its window, of each output's
 # first maximum, which the gradient routes to.
-register_op("MaxPool", _max_pool_shape)
-register_op("AvgPool", _pool_shape)
+register_op("MaxPool", _max_pool_shape, exact_gradients=True)
+register_op("AvgPool", _pool_shape, exact_gradients=True)
 # (x, winner, grad) -> grad w.r.t. x;  (x, grad) -> grad w.r.t. x
 register_op("MaxPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)])
 register_op("AvgPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)])

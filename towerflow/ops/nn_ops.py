@@ -31,7 +31,7 @@ def _create(op_type, inputs, attrs=None, name=None):
 
 # -- activations -------------------------------------------------------------------
 
-register_op("Relu", _float_unary_shape)
+register_op("Relu", _float_unary_shape, exact_gradients=True)
 register_op("Elu", _float_unary_shape)
 register_op("Gelu", _float_unary_shape)
 register_op("ReluGrad", _same_as_input)   # (grad, y)
@@ -198,7 +198,7 @@ def _bias_add_grad_shape(inputs, attrs):
     return [(TensorShape([grad.shape.dims[-1] if grad.shape.dims else None]), grad.dtype)]
 
 
-register_op("BiasAdd", _bias_add_shape)
+register_op("BiasAdd", _bias_add_shape, exact_gradients=True)
 register_op("BiasAddGrad", _bias_add_grad_shape)   # sum over every axis but the last
 register_gradient("BiasAdd", lambda op, g: [g, _create("BiasAddGrad", [g]).outputs[0]])
 

@@ -1,0 +1,161 @@
+"""Kernel fusion (towerflow/fusion.py): a plan runs Conv2D → BiasAdd → Relu and
+MaxPoolGrad → ReluGrad as single kernels, with results bit-identical to the
+separate kernels, and leaves a chain alone wherever fusing could be seen."""
+
+import numpy as np
+import pytest
+
+import towerflow as tf
+from towerflow import fusion
+
+
+def fused_kernels(sess):
+    """The kernel names of the fused units in every plan ``sess`` compiled."""
+    return sorted(unit.type for plan, _ in sess._plans.values() for unit in plan.units
+                  if isinstance(unit, fusion.FusedOp))
+
+
+def conv_net(dtype, strides, padding, kernel_size, batch=None):
+    """A conv → relu → max pool → dense net; (x, labels, loss, gradients, relu out)."""
+    tf.set_random_seed(3)
+    x = tf.placeholder(dtype, [batch, 9, 9, 3])
+    labels = tf.placeholder(tf.int64, [batch])
+    hidden = tf.layers.conv2d(x, 8, kernel_size, strides=strides, padding=padding,
+                              activation=tf.nn.relu)
+    pooled = tf.layers.max_pooling2d(hidden, 2, 2, padding="same")
+    logits = tf.layers.dense(tf.layers.flatten(pooled), 5)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits))
+    grads = tf.gradients(loss, tf.trainable_variables() + [x])
+    return x, labels, loss, grads, hidden
+
+
+def feed(x, labels, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return {x: rng.standard_normal((6, 9, 9, 3)).astype(dtype),
+            labels: rng.integers(0, 5, 6)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("strides, padding, kernel_size",
+                         [(1, "same", 3), (2, "valid", 3), (1, "same", 1), (2, "same", 2)])
+@pytest.mark.parametrize("batch", [None, 6], ids=["batch-unknown", "batch-known"])
+def test_fused_training_step_is_bit_identical(monkeypatch, dtype, strides, padding,
+                                              kernel_size, batch):
+    values, kernels = {}, {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TOWERFLOW_FUSION", flag)
+        with tf.Graph().as_default():
+            x, labels, loss, grads, _ = conv_net(dtype, strides, padding, kernel_size, batch)
+            sess = tf.Session()
+            sess.run(tf.global_variables_initializer())
+            values[flag] = sess.run([loss] + grads, feed(x, labels, dtype))
+            kernels[flag] = fused_kernels(sess)
+    assert kernels["1"] == ["_FusedConv2D", "_MaxPoolGradRelu"]
+    assert kernels["0"] == []
+    for fused, separate in zip(values["1"], values["0"]):
+        assert fused.dtype == separate.dtype == dtype
+        np.testing.assert_array_equal(fused, separate)
+
+
+def test_inference_fuses_the_conv_chain_only():
+    x, labels, _, _, hidden = conv_net(np.float32, 1, "same", 3)
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    out = sess.run(hidden, feed(x, labels, np.float32))
+    assert fused_kernels(sess) == ["_FusedConv2D"]
+    assert out.shape == (6, 9, 9, 8) and out.min() == 0.0
+
+
+def test_fetching_an_inner_tensor_keeps_the_chain_apart():
+    x, labels, loss, grads, hidden = conv_net(np.float32, 1, "same", 3)
+    conv_out = hidden.op.inputs[0].op.inputs[0]        # the Conv2D output, before bias
+    assert conv_out.op.type == "Conv2D"
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    values = feed(x, labels, np.float32)
+    before_bias, after_relu = sess.run([conv_out, hidden], values)
+    assert "_FusedConv2D" not in fused_kernels(sess)
+    bias = sess.run(tf.trainable_variables()[1])
+    np.testing.assert_array_equal(after_relu, np.maximum(before_bias + bias, 0))
+
+
+def test_a_fed_inner_tensor_is_used_as_fed():
+    x, labels, _, _, hidden = conv_net(np.float32, 1, "same", 3)
+    biased = hidden.op.inputs[0]                       # BiasAdd output, fed below
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    fed = np.full((6, 9, 9, 8), -1.0, np.float32)
+    fed[0, 0, 0, 0] = 2.5
+    out = sess.run(hidden, {**feed(x, labels, np.float32), biased: fed})
+    assert out.sum() == 2.5 and out[0, 0, 0, 0] == 2.5
+    assert fused_kernels(sess) == []
+
+
+def test_a_control_edge_on_an_inner_op_keeps_the_chain_apart():
+    x, labels, _, _, hidden = conv_net(np.float32, 1, "same", 3)
+    conv_op = hidden.op.inputs[0].op.inputs[0].op
+    with tf.control_dependencies([conv_op]):
+        after = tf.identity(hidden)
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    sess.run(after, feed(x, labels, np.float32))
+    assert fused_kernels(sess) == []
+
+
+def test_readers_of_an_inner_tensors_shape_get_a_stand_in():
+    x, labels, _, _, hidden = conv_net(np.float32, 1, "same", 3)
+    conv_out = hidden.op.inputs[0].op.inputs[0]
+    zeros = tf.zeros_like(conv_out)                    # reads conv_out's shape only
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    zero_values, _ = sess.run([zeros, hidden], feed(x, labels, np.float32))
+    assert fused_kernels(sess) == ["_FusedConv2D"]
+    assert zero_values.shape == (6, 9, 9, 8) and not zero_values.any()
+
+
+def test_a_state_change_between_the_chain_ops_keeps_them_apart():
+    tf.set_random_seed(1)
+    x = tf.placeholder(tf.float32, [2, 4, 4, 1])
+    w = tf.Variable(tf.ones([1, 1, 1, 2]))
+    b = tf.Variable(tf.zeros([2]))
+    conv = tf.nn.conv2d(x, w, [1, 1, 1, 1], "SAME")
+    bump = tf.assign_add(w, tf.ones([1, 1, 1, 2]))     # created between Conv2D and BiasAdd
+    out = tf.nn.relu(tf.nn.bias_add(conv, b))
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    values = sess.run([out, bump], {x: np.ones((2, 4, 4, 1), np.float32)})
+    assert fused_kernels(sess) == []
+    np.testing.assert_array_equal(values[0], np.ones((2, 4, 4, 2), np.float32))
+
+
+def test_fusion_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_FUSION", "0")
+    assert not fusion.enabled()
+    monkeypatch.setenv("TOWERFLOW_FUSION", "1")
+    assert fusion.enabled()
+
+
+def test_each_tower_fuses_its_own_chains(logical_cpus):
+    tf.set_random_seed(2)
+    strategy = tf.parallel.DataParallel(logical_cpus[:2], all_reduce="cpu")
+
+    def tower(inputs):
+        images, classes = inputs
+        hidden = tf.layers.conv2d(images, 4, 3, padding="same", activation=tf.nn.relu)
+        pooled = tf.layers.max_pooling2d(hidden, 2, 2)
+        logits = tf.layers.dense(tf.layers.flatten(pooled), 3)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=classes, logits=logits))
+    x = tf.placeholder(tf.float32, [None, 8, 8, 2])
+    labels = tf.placeholder(tf.int64, [None])
+    step = strategy.minimize(tower, (x, labels), tf.train.GradientDescentOptimizer(0.1))
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    rng = np.random.default_rng(0)
+    sess.run(step.train_op, {x: rng.standard_normal((4, 8, 8, 2)).astype(np.float32),
+                             labels: rng.integers(0, 3, 4)})
+    assert fused_kernels(sess) == ["_FusedConv2D"] * 2 + ["_MaxPoolGradRelu"] * 2
+    devices = {unit.device.name for plan, _ in sess._plans.values() for unit in plan.units
+               if isinstance(unit, fusion.FusedOp)}
+    assert len(devices) == 2

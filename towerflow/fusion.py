@@ -1,0 +1,193 @@
+"""Stage 5a: kernel fusion, a rewrite of a plan's op list before it binds kernels.
+
+Some chains of ops cost far less as one kernel: the NumPy backend adds a
+convolution's bias and applies its ReLU to each block of the GEMM's output
+while the block is still in cache, instead of two more passes over the whole
+activation. :func:`fuse` finds such chains among the ops a plan runs and
+replaces each by one :class:`FusedOp`, which the plan binds like any op::
+
+    units = fuse(ops, targets, feeds, device_of, kernels_of)
+
+A chain fuses only where nothing else can tell: its inner tensors are read by
+no op outside the chain (except for their shape: such readers get the
+chain's output of the same shape and dtype as a stand-in), not fetched and not fed; all its ops are on one
+device, whose backend has the fused kernel; and no op placed between the
+chain's first and last op reads its outputs, depends on it through a control
+edge or changes state (the fused step runs where the last op ran). The fused
+kernels return what the separate kernels return, bit for bit.
+
+TOWERFLOW_FUSION=0 turns fusion off (to compare, or to rule it out).
+
+Fused chains (kernel name: ops, first to last):
+
+- ``_FusedConv2D``: Conv2D → BiasAdd (→ Relu). Inputs (x, filter, bias);
+  outputs (the Conv2D's im2col patches, the last op's output).
+- ``_MaxPoolGradRelu``: MaxPoolGrad → ReluGrad, where the ReluGrad's ``y`` is
+  the pooled input. Inputs (x, winners, grad, pooled max); output the
+  ReluGrad's. A window's gradient goes to a cell equal to its max, so masking
+  the small pooled gradient by ``max > 0`` equals masking the big one by
+  ``y > 0``.
+"""
+
+import os
+
+from .graph.core import Operation
+from .graph.registry import OpDef
+
+
+def enabled():
+    """Whether plans fuse (TOWERFLOW_FUSION, read when a plan compiles; default on)."""
+    return os.environ.get("TOWERFLOW_FUSION", "1") != "0"
+
+
+class FusedOp:
+    """Several graph ops run as one kernel (see the module docstring)."""
+
+    def __init__(self, kernel, members, inputs, outputs, attrs, device, stand_ins=None):
+        self.type = kernel
+        self.op_def = OpDef(kernel, shape_fn=None, kernel=kernel, variadic_outputs=True)
+        self.members = members          # the graph ops, first to last
+        self.name = "+".join(op.name for op in members)
+        self.inputs = inputs            # graph Tensors
+        self.outputs = outputs          # graph Tensors the fused kernel returns
+        self.attrs = attrs
+        self.device = device            # the logical device all members are on
+        # {inner tensor: an output of the same shape and dtype}, for readers of
+        # the inner tensor's shape only
+        self.stand_ins = stand_ins or {}
+
+    def __repr__(self):
+        return f"<FusedOp {self.type} '{self.name}'>"
+
+
+def fuse(ops, targets, feeds, device_of, kernels_of):
+    """``ops`` (in run order) with fusable chains replaced by FusedOps.
+
+    ``targets``: the plan's fetched Tensors and run Operations; ``feeds``: its
+    fed Tensors; ``device_of(op)``: the op's logical device;
+    ``kernels_of(device)``: that device's kernel table."""
+    context = _Context(ops, targets, feeds, device_of, kernels_of)
+    chains = [chain for op in ops for chain in [_match(op, context)] if chain is not None]
+    replaced, position_of_fused = {}, {}
+    for fused in chains:
+        if any(member in replaced for member in fused.members):
+            continue    # an op already in an earlier chain
+        for member in fused.members:
+            replaced[member] = fused
+        position_of_fused[fused.members[-1]] = fused
+    units = []
+    for op in ops:
+        if op in position_of_fused:
+            units.append(position_of_fused[op])
+        elif op not in replaced:
+            units.append(op)
+    return units
+
+
+class _Context:
+    """Who reads what among the plan's ops, and which tensors are pinned."""
+
+    def __init__(self, ops, targets, feeds, device_of, kernels_of):
+        self.ops, self.device_of, self.kernels_of = ops, device_of, kernels_of
+        self.position = {op: index for index, op in enumerate(ops)}
+        self.readers = {}               # tensor -> ops reading its value
+        self.shape_readers = set()      # tensors some op reads the shape of
+        self.control_dependents = set()
+        for op in ops:
+            shape_only = op.op_def.shape_only_inputs
+            for index, tensor in enumerate(op.inputs):
+                if index in shape_only:
+                    self.shape_readers.add(tensor)
+                else:
+                    self.readers.setdefault(tensor, []).append(op)
+            self.control_dependents.update(op.control_inputs)
+        self.fed = set(feeds)
+        self.pinned = self.fed | {target for target in targets
+                                  if not isinstance(target, Operation)}
+        self.run_targets = {target for target in targets if isinstance(target, Operation)}
+
+    def only_reader(self, tensor):
+        """The one op reading ``tensor``'s value (once), if it is neither
+        fetched nor fed."""
+        readers = self.readers.get(tensor, [])
+        return readers[0] if len(readers) == 1 and tensor not in self.pinned else None
+
+    def stand_ins(self, inner, output):
+        """{tensor: ``output``} for the ``inner`` tensors whose shape is read."""
+        return {tensor: output for tensor in inner if tensor in self.shape_readers}
+
+    def can_fuse(self, members, kernel):
+        """Whether ``members`` (a chain, first to last) may run as ``kernel``."""
+        device = self.device_of(members[0])
+        if kernel not in self.kernels_of(device):
+            return False
+        if any(self.device_of(op) != device for op in members[1:]):
+            return False
+        inner = set(members[:-1])
+        if inner & (self.control_dependents | self.run_targets):
+            return False
+        return self._nothing_in_between(members)
+
+    def _nothing_in_between(self, members):
+        first, last = self.position[members[0]], self.position[members[-1]]
+        outputs = {tensor for op in members for tensor in op.outputs}
+        chain = set(members)
+        for op in self.ops[first + 1:last]:
+            if op in chain:
+                continue
+            if (op.op_def.stateful and op.type not in _READS_STATE_ONLY) or \
+                    any(tensor in outputs for tensor in op.inputs):
+                return False
+            if chain.intersection(op.control_inputs):
+                return False
+        return True
+
+
+# Stateful ops that change nothing: a layer creates its bias variable between
+# its Conv2D and its BiasAdd. Any other stateful op (an update, a random draw,
+# a collective) between a chain's ops keeps the chain apart.
+_READS_STATE_ONLY = frozenset({"VariableV2", "ReadVariable"})
+
+
+def _match(op, context):
+    if op.type == "Conv2D":
+        return _conv_bias_relu(op, context)
+    if op.type == "ReluGrad":
+        return _max_pool_grad_relu(op, context)
+    return None
+
+
+def _conv_bias_relu(conv, context):
+    bias_add = context.only_reader(conv.outputs[0])
+    if bias_add is None or bias_add.type != "BiasAdd" or bias_add.inputs[0] is not conv.outputs[0]:
+        return None
+    members = [conv, bias_add]
+    relu = context.only_reader(bias_add.outputs[0])
+    if relu is not None and relu.type == "Relu":
+        members.append(relu)
+    if not context.can_fuse(members, "_FusedConv2D"):
+        return None
+    attrs = {**conv.attrs, "activation": "Relu" if len(members) == 3 else None}
+    output = members[-1].outputs[0]
+    inner = [op.outputs[0] for op in members[:-1]]      # all of one shape and dtype
+    return FusedOp("_FusedConv2D", members, [conv.inputs[0], conv.inputs[1], bias_add.inputs[1]],
+                   [conv.outputs[1], output], attrs, context.device_of(conv),
+                   context.stand_ins(inner, output))
+
+
+def _max_pool_grad_relu(relu_grad, context):
+    grad, y = relu_grad.inputs
+    pool_grad = grad.op
+    if pool_grad.type != "MaxPoolGrad" or context.only_reader(grad) is not relu_grad:
+        return None
+    x, winners, _ = pool_grad.inputs
+    pool = winners.op
+    if x is not y or pool.type != "MaxPool" or pool.inputs[0] is not x or \
+            pool not in context.position or context.fed.intersection(pool.outputs):
+        return None     # the pooled max must be the one MaxPool computes in this plan
+    members = [pool_grad, relu_grad]
+    if not context.can_fuse(members, "_MaxPoolGradRelu"):
+        return None
+    return FusedOp("_MaxPoolGradRelu", members, list(pool_grad.inputs) + [pool.outputs[0]],
+                   [relu_grad.outputs[0]], dict(pool_grad.attrs), context.device_of(pool_grad),
+                   context.stand_ins([grad], relu_grad.outputs[0]))
