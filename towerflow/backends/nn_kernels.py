@@ -20,7 +20,7 @@ convolutions and pooling work on blocks of the batch's images in parallel.
 import contextlib
 
 from .cpu_threads import SERIAL, split
-from .fused_kernels import _batch_norm_kernels, _cross_entropy_kernels
+from .fused_kernels import _batch_norm_kernels, _cross_entropy_kernels, long_rows
 from .parallel_gemm import matmul_by_rows, matmul_over_rows
 from .pool_kernels import _pool_kernels
 from .window_geometry import _add_into, _layout_maker
@@ -102,24 +102,10 @@ def _conv_kernels(xp, parallel):
             "Conv2DBackpropInput": backprop_input, "_FusedConv2D": fused_conv2d}
 
 
-# Rows of about this many values: broadcasting a short bias (or zeros) over
-# rows as long as the channel count makes NumPy's inner loop that short.
-_LONG_ROW = 2048
-
-
-def _long_rows(rows2d):
-    """``rows2d`` [R, C] (C-contiguous) as [R / k, k*C] with k*C near _LONG_ROW, and k."""
-    count, width = rows2d.shape
-    repeat = max(1, _LONG_ROW // width)
-    while repeat > 1 and count % repeat:
-        repeat //= 2
-    return rows2d.reshape(count // repeat, width * repeat), repeat
-
-
 def _add_bias_in_place(xp, rows2d, bias):
     """rows2d += bias (a [C] vector) on [R, C] rows, as BiasAdd computes it."""
-    long_rows, repeat = _long_rows(rows2d)
-    xp.add(long_rows, xp.tile(bias, repeat) if repeat > 1 else bias, out=long_rows)
+    wide, repeat = long_rows(rows2d)
+    xp.add(wide, xp.tile(bias, repeat) if repeat > 1 else bias, out=wide)
 
 
 def _relu_in_place(xp, rows2d, zeros_cache):
