@@ -159,3 +159,30 @@ def test_each_tower_fuses_its_own_chains(logical_cpus):
     devices = {unit.device.name for plan, _ in sess._plans.values() for unit in plan.units
                if isinstance(unit, fusion.FusedOp)}
     assert len(devices) == 2
+
+
+def test_inference_keeps_no_patches_or_winners_and_matches_training(monkeypatch):
+    # With no gradient in the plan, convolutions keep no im2col patches (they
+    # run a few images at a time) and max pooling records no winners.
+    from towerflow.backends import nn_kernels, pool_kernels
+    monkeypatch.setattr(nn_kernels, "_PATCH_BLOCK_BYTES", 1)      # one image per block
+    calls = {"whole patches": 0, "winners": 0}
+    for module, name, what in [(nn_kernels, "_im2col_matmul", "whole patches"),
+                               (pool_kernels, "_max_pool_with_winner", "winners")]:
+        def counted(*args, _original=getattr(module, name), _what=what):
+            calls[_what] += 1
+            return _original(*args)
+        monkeypatch.setattr(module, name, counted)
+    x, labels, loss, grads, hidden = conv_net(np.float32, 1, "same", 3)
+    pooled = next(op for op in tf.get_default_graph().get_operations()
+                  if op.type == "MaxPool").outputs[0]
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    values = feed(x, labels, np.float32)
+    inference = sess.run([hidden, pooled, loss], values)
+    assert calls == {"whole patches": 0, "winners": 0}
+    training = sess.run([hidden, pooled, loss] + grads, values)[:3]
+    assert calls == {"whole patches": 1, "winners": 1}
+    # GEMMs over other row blocks may round the last bit differently.
+    for alone, with_gradients in zip(inference, training):
+        np.testing.assert_allclose(alone, with_gradients, rtol=1e-5, atol=1e-6)

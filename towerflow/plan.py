@@ -39,6 +39,8 @@ class Plan:
         self.units = fusion.fuse(ops, targets, feeds, placer.place,
                                  lambda device: runtime_of(device).kernels) \
             if fusion.enabled() else ops
+        self._read = {tensor for unit in self.units for tensor in unit.inputs} | \
+            {target for target in targets if not isinstance(target, Operation)}
         for unit in self.units:
             self._bind_op(unit)
         self._fetchers = [self._fetcher(target) for target in targets]
@@ -122,7 +124,8 @@ class Plan:
                 None, op, f"No {runtime.name} kernel for op '{op.name}' of type {op.type}")
         ctx = KernelContext(op=op, attrs=op.attrs,
                             output_dtypes=[np.dtype(t.dtype.as_numpy_dtype) for t in op.outputs],
-                            device=runtime, resource=self._resource)
+                            device=runtime, resource=self._resource,
+                            outputs_used=tuple(tensor in self._read for tensor in op.outputs))
         return make(ctx)
 
     def _slot_on(self, tensor, device):

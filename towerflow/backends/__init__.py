@@ -26,6 +26,15 @@ class KernelContext:
     output_dtypes: list     # NumPy dtypes of the op's outputs
     device: Any             # the device runtime the op runs on
     resource: Callable      # resource(key, factory): per-Session state (variables, RNGs)
+    # Per output, whether anything in the plan reads it (None: assume all are):
+    # a kernel may return None for an unread output instead of computing it.
+    outputs_used: Any = None
+
+
+def output_used(ctx, index):
+    """Whether the plan reads output ``index`` of ``ctx``'s op (True if unknown)."""
+    used = getattr(ctx, "outputs_used", None)
+    return used is None or used[index]
 
 
 def register_backend(device_type, factory):

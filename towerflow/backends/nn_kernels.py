@@ -19,6 +19,7 @@ convolutions and pooling work on blocks of the batch's images in parallel.
 
 import contextlib
 
+from . import output_used
 from .cpu_threads import SERIAL, split
 from .fused_kernels import _batch_norm_kernels, _cross_entropy_kernels, long_rows
 from .parallel_gemm import matmul_by_rows, matmul_over_rows
@@ -41,8 +42,11 @@ def build_nn_kernels(xp, parallel=SERIAL):
 
 
 def _conv_kernels(xp, parallel):
-    def conv2d(ctx):
+    def conv2d(ctx, patches_output=1):
         layout_of = _layout_maker(ctx.attrs)
+        # No gradient reads the patches (inference): im2col a few images at a
+        # time into small buffers instead of keeping the whole matrix.
+        keep = output_used(ctx, patches_output)
 
         def conv(x, w, finish=None):
             kh, kw, channels, out_channels = w.shape
@@ -54,14 +58,15 @@ def _conv_kernels(xp, parallel):
                 if finish is not None:
                     finish(y)
             else:
-                patches, y = _im2col_matmul(xp, parallel, x, w2d, lay, finish)
+                patches, y = _im2col_matmul(xp, parallel, x, w2d, lay, finish) if keep \
+                    else _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish)
             return y.reshape(x.shape[0], lay.out_h, lay.out_w, out_channels), patches
         return conv
 
     def fused_conv2d(ctx):
         """Conv2D → BiasAdd (→ Relu) as one kernel (see towerflow.fusion): the
         bias and ReLU go onto each image block's rows right after its GEMM."""
-        conv, relu = conv2d(ctx), ctx.attrs["activation"] == "Relu"
+        conv, relu = conv2d(ctx, patches_output=0), ctx.attrs["activation"] == "Relu"
         zeros = {}
 
         def fused(x, w, bias):
@@ -154,6 +159,36 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
             finish(y[rows])
     parallel.run(part, parts)
     return patches, y
+
+
+# Bytes of im2col patches per block when the patches are not kept.
+_PATCH_BLOCK_BYTES = 1 << 22
+
+
+def _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish=None):
+    """(None, patches @ w2d) without keeping the patches: each block of a few
+    images gets its own small patch matrix, GEMM and ``finish`` (threads take
+    the blocks in turn). Off the host (GPUs) the patches are made whole.
+    GEMMs over other row blocks may round the last bit differently from
+    :func:`_im2col_matmul`; each path alone is deterministic."""
+    n = x.shape[0]
+    rows_per_image = lay.out_h * lay.out_w
+    image_bytes = rows_per_image * w2d.shape[0] * x.dtype.itemsize
+    per_block = max(1, _PATCH_BLOCK_BYTES // max(image_bytes, 1))
+    if not parallel.host or n <= per_block:
+        return None, _im2col_matmul(xp, parallel, x, w2d, lay, finish)[1]
+    y = xp.empty((n * rows_per_image, w2d.shape[1]), xp.result_type(x, w2d))
+    starts = range(0, n, per_block)
+
+    def block(index):
+        start = starts[index]
+        stop = min(start + per_block, n)
+        rows = y[start * rows_per_image:stop * rows_per_image]
+        xp.matmul(_im2col(xp, x[start:stop], lay), w2d, out=rows)
+        if finish is not None:
+            finish(rows)
+    parallel.run(block, len(starts))
+    return None, y
 
 
 def _col2im_by_images(xp, parallel, x_shape, grad2d, lay, w, col2im):

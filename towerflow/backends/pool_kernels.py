@@ -5,6 +5,7 @@ hold each window's maximum so the gradient routes to the first one cheaply."""
 
 import numpy as np
 
+from . import output_used
 from .cpu_threads import split
 from .window_geometry import _add_into, _layout_maker
 
@@ -16,6 +17,8 @@ def _pool_kernels(xp, parallel):
     def max_pool(ctx):
         layout_of, dtype = _layout_maker(ctx.attrs), np.dtype(ctx.output_dtypes[0])
         lowest = -np.inf if dtype.kind == "f" else np.iinfo(dtype).min   # padding never wins
+        if not output_used(ctx, 1):      # no gradient reads the winners (inference)
+            return lambda x: (_max_pool_only(xp, parallel, x, layout_of(x.shape), lowest), None)
         return lambda x: _max_pool_with_winner(xp, parallel, x, layout_of(x.shape), lowest)
 
     def max_pool_grad(ctx):
@@ -122,6 +125,17 @@ def _max_pool_with_winner(xp, parallel, x, lay, lowest):
             _winner_bits(xp, x[images], lay, out[images], code[images])
     _by_images(xp, parallel, n, x.size, work)
     return out, code
+
+
+def _max_pool_only(xp, parallel, x, lay, lowest):
+    """The max over each window, without recording which tap holds it."""
+    n, _, _, c = x.shape
+    out = xp.empty((n, lay.out_h, lay.out_w, c), x.dtype)
+
+    def work(start, stop):
+        _window_max(xp, x[start:stop], lay, lowest, out[start:stop])
+    _by_images(xp, parallel, n, x.size, work)
+    return out
 
 
 _CODE_DTYPES = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
