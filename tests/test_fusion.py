@@ -9,10 +9,20 @@ import towerflow as tf
 from towerflow import fusion
 
 
+def fused_units(sess):
+    """The fused units of every plan ``sess`` compiled."""
+    return [unit for plan, _ in sess._plans.values() for unit in plan.units
+            if isinstance(unit, fusion.FusedOp)]
+
+
 def fused_kernels(sess):
     """The kernel names of the fused units in every plan ``sess`` compiled."""
-    return sorted(unit.type for plan, _ in sess._plans.values() for unit in plan.units
-                  if isinstance(unit, fusion.FusedOp))
+    return sorted(unit.type for unit in fused_units(sess))
+
+
+def conv_chain_lengths(sess):
+    return sorted(len(unit.members) for unit in fused_units(sess)
+                  if unit.type == "_FusedConv2D")
 
 
 def conv_net(dtype, strides, padding, kernel_size, batch=None):
@@ -51,6 +61,8 @@ def test_fused_training_step_is_bit_identical(monkeypatch, dtype, strides, paddi
             sess.run(tf.global_variables_initializer())
             values[flag] = sess.run([loss] + grads, feed(x, labels, dtype))
             kernels[flag] = fused_kernels(sess)
+            if flag == "1":     # conv, bias, relu and the max pool: one kernel
+                assert conv_chain_lengths(sess) == [4]
     assert kernels["1"] == ["_FusedConv2D", "_MaxPoolGradRelu"]
     assert kernels["0"] == []
     for fused, separate in zip(values["1"], values["0"]):
@@ -186,3 +198,24 @@ def test_inference_keeps_no_patches_or_winners_and_matches_training(monkeypatch)
     # GEMMs over other row blocks may round the last bit differently.
     for alone, with_gradients in zip(inference, training):
         np.testing.assert_allclose(alone, with_gradients, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fetch", ["winners", "pool gradient"])
+def test_the_pool_stays_out_where_its_winners_are_seen_unmasked(fetch):
+    x, labels, loss, grads, hidden = conv_net(np.float32, 1, "same", 3)
+    pool = next(op for op in tf.get_default_graph().get_operations() if op.type == "MaxPool")
+    pool_grad = next(op for op in tf.get_default_graph().get_operations()
+                     if op.type == "MaxPoolGrad")
+    extra = pool.outputs[1] if fetch == "winners" else pool_grad.outputs[0]
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    values = sess.run([loss, extra] + grads, feed(x, labels, np.float32))
+    assert conv_chain_lengths(sess) == [3]
+    with tf.Graph().as_default():       # the same graph, fused
+        x2, labels2, loss2, grads2, _ = conv_net(np.float32, 1, "same", 3)
+        sess2 = tf.Session()
+        sess2.run(tf.global_variables_initializer())
+        fused = sess2.run([loss2] + grads2, feed(x2, labels2, np.float32))
+        assert conv_chain_lengths(sess2) == [4]
+    for separate, together in zip([values[0]] + values[2:], fused):
+        np.testing.assert_array_equal(separate, together)

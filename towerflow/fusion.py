@@ -22,6 +22,9 @@ Fused chains (kernel name: ops, first to last):
 
 - ``_FusedConv2D``: Conv2D → BiasAdd (→ Relu). Inputs (x, filter, bias);
   outputs (the Conv2D's im2col patches, the last op's output).
+  With a MaxPool after the Relu whose winners only masked gradients read
+  (below), the pool joins the chain and runs before the ReLU, on each block
+  while it is in cache; outputs (patches, conv + bias, pooled, winners).
 - ``_MaxPoolGradRelu``: MaxPoolGrad → ReluGrad, where the ReluGrad's ``y`` is
   the pooled input. Inputs (x, winners, grad, pooled max); output the
   ReluGrad's. A window's gradient goes to a cell equal to its max, so masking
@@ -43,10 +46,13 @@ def enabled():
 class FusedOp:
     """Several graph ops run as one kernel (see the module docstring)."""
 
-    def __init__(self, kernel, members, inputs, outputs, attrs, device, stand_ins=None):
+    def __init__(self, kernel, members, inputs, outputs, attrs, device, stand_ins=None,
+                 shape_only_inputs=()):
         self.type = kernel
-        self.op_def = OpDef(kernel, shape_fn=None, kernel=kernel, variadic_outputs=True)
+        self.op_def = OpDef(kernel, shape_fn=None, kernel=kernel, variadic_outputs=True,
+                            shape_only_inputs=shape_only_inputs)
         self.members = members          # the graph ops, first to last
+        self.control_inputs = [op for member in members for op in member.control_inputs]
         self.name = "+".join(op.name for op in members)
         self.inputs = inputs            # graph Tensors
         self.outputs = outputs          # graph Tensors the fused kernel returns
@@ -66,22 +72,32 @@ def fuse(ops, targets, feeds, device_of, kernels_of):
     ``targets``: the plan's fetched Tensors and run Operations; ``feeds``: its
     fed Tensors; ``device_of(op)``: the op's logical device;
     ``kernels_of(device)``: that device's kernel table."""
-    context = _Context(ops, targets, feeds, device_of, kernels_of)
-    chains = [chain for op in ops for chain in [_match(op, context)] if chain is not None]
+    units = ops
+    for matchers in _PASSES:
+        context = _Context(units, targets, feeds, device_of, kernels_of)
+        chains = [chain for unit in units for chain in [_match(unit, matchers, context)]
+                  if chain is not None]
+        units = _replace(units, chains)
+    return units
+
+
+def _replace(units, chains):
+    """``units`` with each chain's members replaced by the chain, placed where
+    its last member was (a member of an earlier chain keeps that one)."""
     replaced, position_of_fused = {}, {}
     for fused in chains:
         if any(member in replaced for member in fused.members):
-            continue    # an op already in an earlier chain
+            continue
         for member in fused.members:
             replaced[member] = fused
         position_of_fused[fused.members[-1]] = fused
-    units = []
-    for op in ops:
-        if op in position_of_fused:
-            units.append(position_of_fused[op])
-        elif op not in replaced:
-            units.append(op)
-    return units
+    kept = []
+    for unit in units:
+        if unit in position_of_fused:
+            kept.append(position_of_fused[unit])
+        elif unit not in replaced:
+            kept.append(unit)
+    return kept
 
 
 class _Context:
@@ -149,15 +165,13 @@ class _Context:
 _READS_STATE_ONLY = frozenset({"VariableV2", "ReadVariable"})
 
 
-def _match(op, context):
-    if op.type == "Conv2D":
-        return _conv_bias_relu(op, context)
-    if op.type == "ReluGrad":
-        return _max_pool_grad_relu(op, context)
-    return None
+def _match(unit, matchers, context):
+    matcher = matchers.get(unit.type) if isinstance(unit, Operation) else None
+    return matcher(unit, context) if matcher is not None else None
 
 
 def _conv_bias_relu(conv, context):
+    """Conv2D → BiasAdd (→ Relu (→ MaxPool, see _pool_after_relu))."""
     bias_add = context.only_reader(conv.outputs[0])
     if bias_add is None or bias_add.type != "BiasAdd" or bias_add.inputs[0] is not conv.outputs[0]:
         return None
@@ -165,14 +179,46 @@ def _conv_bias_relu(conv, context):
     relu = context.only_reader(bias_add.outputs[0])
     if relu is not None and relu.type == "Relu":
         members.append(relu)
+        pool = _pool_after_relu(relu, context)
+        if pool is not None and context.can_fuse(members + [pool], "_FusedConv2D"):
+            return _fused_conv_pool(members + [pool], context)
     if not context.can_fuse(members, "_FusedConv2D"):
         return None
-    attrs = {**conv.attrs, "activation": "Relu" if len(members) == 3 else None}
+    attrs = {**conv.attrs, "activation": "Relu" if len(members) == 3 else None, "pool": None}
     output = members[-1].outputs[0]
     inner = [op.outputs[0] for op in members[:-1]]      # all of one shape and dtype
     return FusedOp("_FusedConv2D", members, [conv.inputs[0], conv.inputs[1], bias_add.inputs[1]],
                    [conv.outputs[1], output], attrs, context.device_of(conv),
                    context.stand_ins(inner, output))
+
+
+def _pool_after_relu(relu, context):
+    """The MaxPool reading a ReLU's output, if pooling can come first: nothing
+    else reads the ReLU's values, and only masked gradients
+    (_MaxPoolGradRelu) read the pool's winners. max(relu(z)) = relu(max(z)),
+    and a window whose max is not positive passes no gradient either way."""
+    pool = context.only_reader(relu.outputs[0])
+    if pool is None or pool.type != "MaxPool" or pool.inputs[0] is not relu.outputs[0]:
+        return None
+    winners = pool.outputs[1]
+    readers = context.readers.get(winners, [])
+    if winners in context.pinned or not readers or \
+            any(reader.type != "_MaxPoolGradRelu" for reader in readers):
+        return None
+    return pool
+
+
+def _fused_conv_pool(members, context):
+    """Conv2D → BiasAdd → Relu → MaxPool: pools each block of conv + bias and
+    applies the ReLU to the pooled values. Outputs: patches, conv + bias (a
+    stand-in for the shape of the ReLU's output), the pooled max, winners."""
+    conv, bias_add, relu, pool = members
+    attrs = {**conv.attrs, "activation": "Relu", "pool": dict(pool.attrs)}
+    biased = bias_add.outputs[0]
+    return FusedOp("_FusedConv2D", members, [conv.inputs[0], conv.inputs[1], bias_add.inputs[1]],
+                   [conv.outputs[1], biased, pool.outputs[0], pool.outputs[1]], attrs,
+                   context.device_of(conv),
+                   context.stand_ins([conv.outputs[0], relu.outputs[0]], biased))
 
 
 def _max_pool_grad_relu(relu_grad, context):
@@ -190,4 +236,9 @@ def _max_pool_grad_relu(relu_grad, context):
         return None
     return FusedOp("_MaxPoolGradRelu", members, list(pool_grad.inputs) + [pool.outputs[0]],
                    [relu_grad.outputs[0]], dict(pool_grad.attrs), context.device_of(pool_grad),
-                   context.stand_ins([grad], relu_grad.outputs[0]))
+                   context.stand_ins([grad], relu_grad.outputs[0]), shape_only_inputs=(0,))
+
+
+# Backward chains fuse first: whether a forward chain may take in its MaxPool
+# depends on who reads the pool's winners once the gradients are fused.
+_PASSES = ({"ReluGrad": _max_pool_grad_relu}, {"Conv2D": _conv_bias_relu})

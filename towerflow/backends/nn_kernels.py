@@ -19,11 +19,13 @@ convolutions and pooling work on blocks of the batch's images in parallel.
 
 import contextlib
 
+import numpy as np
+
 from . import output_used
 from .cpu_threads import SERIAL, split
 from .fused_kernels import _batch_norm_kernels, _cross_entropy_kernels, long_rows
 from .parallel_gemm import matmul_by_rows, matmul_over_rows
-from .pool_kernels import _pool_kernels
+from .pool_kernels import _pool_kernels, max_pool_block, winner_dtype
 from .window_geometry import _add_into, _layout_maker
 
 
@@ -56,7 +58,7 @@ def _conv_kernels(xp, parallel):
                 patches = x.reshape(-1, channels)    # 1x1 stride 1: x is its own im2col
                 y = matmul_by_rows(xp, parallel, patches, w2d)
                 if finish is not None:
-                    finish(y)
+                    finish(y, slice(0, x.shape[0]))
             else:
                 patches, y = _im2col_matmul(xp, parallel, x, w2d, lay, finish) if keep \
                     else _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish)
@@ -64,13 +66,16 @@ def _conv_kernels(xp, parallel):
         return conv
 
     def fused_conv2d(ctx):
-        """Conv2D → BiasAdd (→ Relu) as one kernel (see towerflow.fusion): the
-        bias and ReLU go onto each image block's rows right after its GEMM."""
+        """Conv2D → BiasAdd (→ Relu (→ MaxPool)) as one kernel (see
+        towerflow.fusion): the bias, and the ReLU or the pooling then the
+        ReLU, go onto each image block's rows right after its GEMM."""
         conv, relu = conv2d(ctx, patches_output=0), ctx.attrs["activation"] == "Relu"
+        if ctx.attrs.get("pool"):
+            return _conv_bias_pool_relu(xp, conv, ctx)
         zeros = {}
 
         def fused(x, w, bias):
-            def finish(rows):
+            def finish(rows, images):
                 _add_bias_in_place(xp, rows, bias)
                 if relu:
                     _relu_in_place(xp, rows, zeros)
@@ -107,6 +112,32 @@ def _conv_kernels(xp, parallel):
             "Conv2DBackpropInput": backprop_input, "_FusedConv2D": fused_conv2d}
 
 
+def _conv_bias_pool_relu(xp, conv, ctx):
+    """The kernel of Conv2D → BiasAdd → Relu → MaxPool: each block's conv + bias
+    is max-pooled (winners recorded as MaxPool records them), then the ReLU
+    runs on the pooled block, a quarter of the size for 2x2 pooling."""
+    conv_layout_of, pool_layout_of = _layout_maker(ctx.attrs), _layout_maker(ctx.attrs["pool"])
+    zeros = {}
+
+    def fused(x, w, bias):
+        kh, kw, _, out_channels = w.shape
+        conv_lay = conv_layout_of(x.shape, (kh, kw))
+        conv_shape = (x.shape[0], conv_lay.out_h, conv_lay.out_w, out_channels)
+        pool_lay = pool_layout_of(conv_shape)
+        pooled = xp.empty((x.shape[0], pool_lay.out_h, pool_lay.out_w, out_channels),
+                          xp.result_type(x, w))
+        winners = xp.empty(pooled.shape, winner_dtype(pool_lay))
+
+        def finish(rows, images):
+            _add_bias_in_place(xp, rows, bias)
+            block = rows.reshape((-1,) + conv_shape[1:])
+            max_pool_block(xp, block, pool_lay, -np.inf, pooled[images], winners[images])
+            _relu_in_place(xp, pooled[images].reshape(-1, out_channels), zeros)
+        biased, patches = conv(x, w, finish)
+        return patches, biased, pooled, winners
+    return fused
+
+
 def _add_bias_in_place(xp, rows2d, bias):
     """rows2d += bias (a [C] vector) on [R, C] rows, as BiasAdd computes it."""
     wide, repeat = long_rows(rows2d)
@@ -127,7 +158,8 @@ def _relu_in_place(xp, rows2d, zeros_cache):
 def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
     """(patches, patches @ w2d), image block by image block across the threads,
     each block's GEMM right after its patches (while they are still cached),
-    then ``finish(rows)`` (if given) on the block's rows of the product."""
+    then ``finish(rows, images)`` (if given) on the rows of the product of
+    the block's ``images`` (a slice of the batch)."""
     n, _, _, channels = x.shape
     rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
     flops = n * rows_per_image * depth * w2d.shape[1]
@@ -137,7 +169,7 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
         with parallel.blas_threads(flops):
             y = xp.matmul(patches, w2d)
         if finish is not None:
-            finish(y)
+            finish(y, slice(0, n))
         return patches, y
     (kh, kw), out_hw = lay.window, (lay.out_h, lay.out_w)
     if _channel_major(lay, kw, channels):  # F-ordered: the transpose of a C-ordered grid
@@ -156,7 +188,7 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
         _im2col(xp, x[start:stop], lay, out=grid[images])
         xp.matmul(patches[rows], w2d, out=y[rows])
         if finish is not None:
-            finish(y[rows])
+            finish(y[rows], slice(start, stop))
     parallel.run(part, parts)
     return patches, y
 
@@ -186,7 +218,7 @@ def _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish=None):
         rows = y[start * rows_per_image:stop * rows_per_image]
         xp.matmul(_im2col(xp, x[start:stop], lay), w2d, out=rows)
         if finish is not None:
-            finish(rows)
+            finish(rows, slice(start, stop))
     parallel.run(block, len(starts))
     return None, y
 

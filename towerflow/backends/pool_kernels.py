@@ -113,18 +113,27 @@ def _max_pool_with_winner(xp, parallel, x, lay, lowest):
     exactly where ties are common (after a ReLU)."""
     n, _, _, c = x.shape
     out = xp.empty((n, lay.out_h, lay.out_w, c), x.dtype)
-    code_dtype = _CODE_DTYPES.get(max(8, 1 << (len(lay.taps) - 1).bit_length()), np.int32)
-    code = xp.empty(out.shape, code_dtype)
+    code = xp.empty(out.shape, winner_dtype(lay))
 
     def work(start, stop):
         images = slice(start, stop)
-        _window_max(xp, x[images], lay, lowest, out[images])
-        if code_dtype == np.int32:
-            code[images] = _first_max_index(xp, x[images], out[images], lay)
-        else:
-            _winner_bits(xp, x[images], lay, out[images], code[images])
+        max_pool_block(xp, x[images], lay, lowest, out[images], code[images])
     _by_images(xp, parallel, n, x.size, work)
     return out, code
+
+
+def max_pool_block(xp, x, lay, lowest, out, code):
+    """MaxPool of a block of images into ``out``, its winners into ``code``."""
+    _window_max(xp, x, lay, lowest, out)
+    if code.dtype == np.int32:
+        code[...] = _first_max_index(xp, x, out, lay)
+    else:
+        _winner_bits(xp, x, lay, out, code)
+
+
+def winner_dtype(lay):
+    """The dtype of MaxPool's winners: a bit per tap, or an index past 64 taps."""
+    return _CODE_DTYPES.get(max(8, 1 << (len(lay.taps) - 1).bit_length()), np.int32)
 
 
 def _max_pool_only(xp, parallel, x, lay, lowest):

@@ -132,8 +132,10 @@ def _max_pool_shape(inputs, attrs):
 register_op("MaxPool", _max_pool_shape, exact_gradients=True)
 register_op("AvgPool", _pool_shape, exact_gradients=True)
 # (x, winner, grad) -> grad w.r.t. x;  (x, grad) -> grad w.r.t. x
-register_op("MaxPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)])
-register_op("AvgPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)])
+register_op("MaxPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)],
+            shape_only_inputs=(0,))
+register_op("AvgPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)],
+            shape_only_inputs=(0,))
 
 
 def _pool(op_type, value, ksize, strides, padding, name):
