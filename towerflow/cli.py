@@ -4,6 +4,7 @@
     towerflow train digits --cpu-towers 2 --json-out result.json
     towerflow devices --json
     towerflow launch -n 2 -- python train.py --epochs 3
+    towerflow bench session_overhead -- --repeats 5   # from a source checkout
 
 Errors print one line and exit non-zero; ``--debug`` shows the traceback.
 """
@@ -11,7 +12,7 @@ Errors print one line and exit non-zero; ``--debug`` shows the traceback.
 import argparse
 import sys
 
-from . import cli_train
+from . import cli_bench, cli_train
 from .errors import OpError
 
 
@@ -39,12 +40,15 @@ def _dispatch(argv):
         return cli_train.run_train(args)
     if args.command == "devices":
         return cli_train.run_devices(args)
+    if args.command == "bench":
+        return cli_bench.run_bench(args, command or [])
     from . import demo
     return demo.main()
 
 
 def _split_command(argv):
-    """(the program after '--' (for launch) or None, the options before it)."""
+    """(what follows '--' (launch's program, bench's options) or None, the options
+    before it)."""
     if "--" not in argv:
         return None, argv
     return argv[argv.index("--") + 1:], argv[:argv.index("--")]
@@ -60,6 +64,7 @@ def _parser():
     launch.add_argument("--timeout", type=float, default=None,
                         help="seconds a collective waits for its peers (default 60)")
     cli_train.add_train_parser(commands)
+    cli_bench.add_bench_parser(commands)
     return parser
 
 

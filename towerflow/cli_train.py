@@ -3,6 +3,7 @@ apart from the training loop (towerflow/training.py)."""
 
 import json
 import os
+import time
 
 from .device import DeviceSpec, runtime
 
@@ -37,6 +38,8 @@ def run_train(args):
     recipe = recipes.get(args.recipe)
     if args.data_dir and not os.path.isdir(args.data_dir):
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} is not a directory")
+    if getattr(recipe, "kind", None) == "script":
+        return run_script(recipe, args)
     devices = choose_devices(args)
     result = training.fit(recipe, devices, all_reduce=args.all_reduce,
                           batch_size=args.batch_size, epochs=args.epochs, steps=args.steps,
@@ -49,6 +52,52 @@ def run_train(args):
               f"{result['samples_per_sec']:.0f} samples/s on {result['towers']} towers "
               f"({', '.join(result['devices'])}), {result['wall_seconds']:.1f} s")
     return 0
+
+
+# The options of `towerflow train` a script recipe may decline, with their values
+# when not given (--seed, --json-out and --quiet apply to every recipe).
+_UNSET = {"devices": None, "towers": None, "cpu_towers": None, "all_reduce": "auto",
+          "batch_size": None, "epochs": None, "steps": None, "data_dir": None,
+          "checkpoint_dir": None, "resume": False, "log_device_placement": False}
+
+
+def run_script(recipe, args):
+    """Run a script recipe: a program of its own (``recipe.run(args) -> dict``),
+    not a classifier trained by training.fit.
+
+    Example::
+
+        >>> run_script(recipes.get("linear_regression"), args)   # args.steps = 2000
+        0
+    """
+    _check_script_options(recipe, args)
+    start = time.perf_counter()
+    result = {"recipe": recipe.name, **recipe.run(args)}
+    result.setdefault("wall_seconds", time.perf_counter() - start)
+    if args.json_out:
+        from .training import write_json
+        write_json(args.json_out, result)
+    if not args.quiet:
+        print(recipe.summary(result))
+    return 0
+
+
+def _check_script_options(recipe, args):
+    """Refuse options the recipe would ignore: ignoring them would mislead."""
+    given = [name for name, unset in _UNSET.items() if getattr(args, name) != unset]
+    declined = [name for name in given if name not in recipe.flags]
+    if declined:
+        taken = ", ".join(_flag(name) for name in recipe.flags) or "none"
+        raise ValueError(f"recipe {recipe.name!r} does not use "
+                         f"{', '.join(_flag(name) for name in declined)} "
+                         f"(its options: {taken}, --seed, --json-out, --quiet)")
+    for name in ("batch_size", "epochs", "steps"):
+        if name in given and getattr(args, name) < 1:
+            raise ValueError(f"{_flag(name)} needs at least 1, got {getattr(args, name)}")
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
 
 
 def choose_devices(args):

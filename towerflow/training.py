@@ -51,7 +51,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
                   all_reduce=model.strategy.communicator.name)
     if json_out and model.is_chief:
-        _write_json(json_out, result)
+        write_json(json_out, result)
     pipeline.close()
     return result
 
@@ -185,7 +185,7 @@ def _float(value):
     return None if value is None else float(value)
 
 
-def _write_json(path, result):
+def write_json(path, result):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     with open(path, "w") as out:

@@ -9,11 +9,21 @@
   (``training`` is a bool tensor);
 - ``optimizer(global_step, steps_per_epoch, epochs)``;
 - ``label_smoothing``.
+
+A *script* recipe is a program that is not a classifier on a dataset
+(towerflow/cli_train.py runs it instead of training.fit). Its ``RECIPE`` has
+
+- ``name`` and ``kind = "script"``;
+- ``flags``: the ``towerflow train`` options it uses, e.g. ``("steps",)``
+  (``--seed``, ``--json-out`` and ``--quiet`` always apply; others are refused);
+- ``run(args)`` -> dict, given the parsed ``towerflow train`` options: the
+  JSON summary's keys (devices, steps, final_loss, ... and its own);
+- ``summary(result)`` -> the line printed unless ``--quiet``.
 """
 
 import importlib
 
-NAMES = ("digits", "cifar10")
+NAMES = ("digits", "cifar10", "linear_regression", "mnist_softmax", "text_sample")
 
 
 def get(name):
