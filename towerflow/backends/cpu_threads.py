@@ -140,9 +140,17 @@ class WorkerPool(Serial):
         return min(size, parts)
 
     def blas_threads(self, flops):
-        """OpenBLAS's threads for an unsplit GEMM of MIN_PARALLEL_FLOPS or more
-        (once the pool has made OpenBLAS single-threaded); one thread otherwise."""
-        if flops < MIN_PARALLEL_FLOPS or self.workers == 1 or not self._blas_threads:
+        """OpenBLAS's threads for an unsplit GEMM of MIN_PARALLEL_FLOPS or more;
+        one thread otherwise.
+
+        NOTE: the first call starts the pool, which makes OpenBLAS
+        single-threaded: even a graph of small GEMMs only, which never splits
+        work, must not leave OpenBLAS's threads spinning between its calls
+        (on a busy 2-core machine that made small GEMMs up to 50x slower)."""
+        if self.workers == 1:
+            return _NO_CONTEXT
+        self._start()
+        if flops < MIN_PARALLEL_FLOPS or not self._blas_threads:
             return _NO_CONTEXT
         return _BlasThreads(self._blas_threads)
 

@@ -18,7 +18,8 @@ def matmul(xp, parallel, a, b):
     rows, columns = a.shape[0], b.shape[1]
     flops = rows * a.shape[1] * columns
     if flops < cpu_threads.MIN_PARALLEL_FLOPS:
-        return xp.matmul(a, b)
+        with parallel.blas_threads(flops):      # one OpenBLAS thread
+            return xp.matmul(a, b)
     if rows >= columns:
         return matmul_by_rows(xp, parallel, a, b)
     parts = parallel.gemm_parts(columns, flops)
