@@ -1,6 +1,10 @@
 """Shared fixtures: a fresh default graph and device configuration for every
 test, logical CPUs standing in for towers, and fake GPUs for placement tests."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,6 +16,7 @@ from towerflow.device.physical import GpuInfo
 from towerflow.graph import registry
 
 N_LOGICAL_CPUS = 4
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"   # ../shared/data
 
 
 @pytest.fixture(autouse=True)
@@ -70,3 +75,16 @@ def fake_gpus():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session")
+def cifar_dir(tmp_path_factory):
+    """The real CIFAR-10 images in both layouts, built from ../shared/data."""
+    script = DATA / "make_cifar10.py"
+    if not script.is_file():
+        pytest.skip(f"shared test data not found at {DATA}")
+    pytest.importorskip("PIL", reason="make_cifar10.py needs Pillow")
+    out = tmp_path_factory.mktemp("cifar10")
+    subprocess.run([sys.executable, str(script), str(out), "--format", "both"],
+                   check=True, capture_output=True)
+    return out

@@ -28,23 +28,9 @@ from towerflow.data import Pipeline, augment, cifar10, digits, shard_sizes
 from towerflow.examples.tutorials.mnist import input_data
 from towerflow.parallel import sharding
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BIN, PY = cifar10.BINARY, cifar10.PYTHON
 RECORDS = cifar10.IMAGES_PER_BATCH
 THREAD_NAME = "towerflow-data-prefetch"
-
-
-@pytest.fixture(scope="session")
-def cifar_dir(tmp_path_factory):
-    """The real CIFAR-10 images in both layouts, built from ../shared/data."""
-    script = DATA / "make_cifar10.py"
-    if not script.is_file():
-        pytest.skip(f"shared test data not found at {DATA}")
-    pytest.importorskip("PIL", reason="make_cifar10.py needs Pillow")
-    out = tmp_path_factory.mktemp("cifar10")
-    subprocess.run([sys.executable, str(script), str(out), "--format", "both"],
-                   check=True, capture_output=True)
-    return out
 
 
 # -- CIFAR-10: the real files ----------------------------------------------------

@@ -86,3 +86,49 @@ def test_devices_json_lists_the_cpu_and_says_why_no_gpu(capsys, no_gpu):
     assert report["devices"][0]["device_type"] == "CPU"
     assert report["gpu_unavailable_reason"]
     assert "numpy" in report["versions"]
+
+
+class LinearDigits(type(get("digits"))):
+    """digits with a linear model: logits(x) + logits(mirror x) = logits(x + mirror x)."""
+
+    test_time_flip = True
+
+    def logits(self, images, training):
+        return tf.layers.dense(tf.layers.flatten(images), 10, use_bias=False)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_flip_test_time_augmentation_adds_each_images_mirror(monkeypatch, no_gpu, count):
+    from towerflow import data
+    monkeypatch.setattr(training, "EVAL_BATCH", 100)     # 360 test images: ragged shards
+    recipe = LinearDigits()
+    splits = recipe.load()
+    pipeline = data.Pipeline(splits.train.images, splits.train.labels, 64, seed=0)
+    with tf.Graph().as_default() as graph:
+        model = training._build(recipe, splits, towers(count), "auto", 0, pipeline, 1)
+        model.normalisation = {}
+        sess = tf.Session(graph=graph)
+        sess.run(tf.global_variables_initializer())
+        with_flips = training.evaluate(sess, model, splits.test)
+        model.test_time_flip = False
+        images = splits.test.images
+        symmetric = data.Split(images + images[:, :, ::-1], splits.test.labels)
+        assert training.evaluate(sess, model, symmetric) == with_flips
+        assert training.evaluate(sess, model, splits.test) != with_flips
+    pipeline.close()
+
+
+def test_cifar10_recipe_trains_and_evaluates_with_flips(monkeypatch, cifar_dir, no_gpu):
+    # The real recipe (model, optimizer, augmentation, flip TTA) on a slice of
+    # the real data: a few steps on 2 logical CPUs, then a test accuracy.
+    from towerflow import data
+    recipe = get("cifar10")
+    full = recipe.load(str(cifar_dir))
+    subset = data.Splits(data.Split(full.train.images[:512], full.train.labels[:512]),
+                         data.Split(full.test.images[:300], full.test.labels[:300]),
+                         full.class_names)
+    monkeypatch.setattr(recipe, "load", lambda data_dir=None: subset)
+    result = training.fit(recipe, towers(2), batch_size=128, steps=3, quiet=True)
+    assert result["steps"] == 3 and result["towers"] == 2
+    assert 0.0 <= result["test_accuracy"] <= 1.0
+    assert result["test_accuracy"] * 300 == pytest.approx(round(result["test_accuracy"] * 300))

@@ -71,10 +71,12 @@ def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs):
     labels = constant_ops.placeholder("int64", [None], name="labels")
     training = constant_ops.placeholder_with_default(False, [], name="training")
     classes = len(splits.class_names)
+    tower_logits = []       # per tower, for flip test-time augmentation
 
     def tower_fn(inputs):
         shard_images, shard_labels = inputs
         logits = recipe.logits(shard_images, training)
+        tower_logits.append(logits)
         loss = _loss(logits, shard_labels, classes, recipe.label_smoothing)
         correct = math_ops.equal(math_ops.argmax(logits, 1), shard_labels)
         return loss, {"accuracy": math_ops.reduce_mean(math_ops.cast(correct, "float32"))}
@@ -86,7 +88,8 @@ def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs):
     saver = Saver(max_to_keep=3)
     return _Model(images=images, labels=labels, training=training, step=step,
                   strategy=strategy, saver=saver, global_step=global_step,
-                  is_chief=strategy.rank == 0)
+                  is_chief=strategy.rank == 0, tower_logits=tower_logits,
+                  test_time_flip=bool(getattr(recipe, "test_time_flip", False)))
 
 
 def _loss(logits, labels, classes, label_smoothing):
@@ -160,9 +163,13 @@ def _end_of_epoch(sess, model, pipeline, curve, epoch, finished, figures, checkp
 
 
 def evaluate(sess, model, split):
-    """Accuracy over ``split`` (batches of EVAL_BATCH, in order, training off)."""
+    """Accuracy over ``split`` (batches of EVAL_BATCH, in order, training off);
+    with the recipe's ``test_time_flip``, of each image's logits plus its
+    mirror image's."""
     if split is None or len(split.labels) == 0:
         return float("nan")
+    if model.test_time_flip:
+        return _evaluate_with_flips(sess, model, split)
     correct = 0.0
     for start in range(0, len(split.labels), EVAL_BATCH):
         images = split.images[start:start + EVAL_BATCH]
@@ -171,6 +178,31 @@ def evaluate(sess, model, split):
                             feed_dict={model.images: _prepare(model, images),
                                        model.labels: labels})
         correct += accuracy * len(labels)
+    return correct / len(split.labels)
+
+
+def _evaluate_with_flips(sess, model, split):
+    """Flip test-time augmentation: each tower's logits for its shard of a batch
+    and of the batch mirrored left to right, added. Each rank counts the
+    correct predictions of its own shards; the ranks add their counts."""
+    strategy = model.strategy
+    first_shard = strategy.rank * strategy.num_towers
+    correct = 0
+    for start in range(0, len(split.labels), EVAL_BATCH):
+        images = _prepare(model, split.images[start:start + EVAL_BATCH])
+        labels = split.labels[start:start + EVAL_BATCH]
+        plain = sess.run(model.tower_logits, feed_dict={model.images: images})
+        mirrored = sess.run(model.tower_logits,
+                            feed_dict={model.images: np.ascontiguousarray(images[:, :, ::-1])})
+        bounds = np.cumsum([0] + data_module.shard_sizes(len(labels), strategy.num_shards))
+        for tower, (logits, flipped) in enumerate(zip(plain, mirrored)):
+            shard = first_shard + tower
+            predicted = np.argmax(logits + flipped, axis=1)
+            correct += int(np.sum(predicted == labels[bounds[shard]:bounds[shard + 1]]))
+    if strategy.num_ranks > 1:
+        from .parallel import mpi
+        correct = int(mpi.world().all_reduce(np.array([correct], np.int64),
+                                             "evaluate with flips", strategy.timeout)[0])
     return correct / len(split.labels)
 
 

@@ -8,7 +8,9 @@
 - ``logits(images, training)`` -> the model, built once per tower
   (``training`` is a bool tensor);
 - ``optimizer(global_step, steps_per_epoch, epochs)``;
-- ``label_smoothing``.
+- ``label_smoothing``;
+- ``test_time_flip`` (optional, default False): evaluate on each image plus
+  its mirror image (the logits added).
 
 A *script* recipe is a program that is not a classifier on a dataset
 (towerflow/cli_train.py runs it instead of training.fit). Its ``RECIPE`` has

@@ -1,13 +1,13 @@
 """CIFAR-10 with a small fast residual network in the style of the CIFAR-10
 speed records: channels-last, batch norm, label smoothing, Nesterov SGD with
-a linear warm-up then a linear decay, random crop and flip augmentation.
+a linear warm-up then a linear decay, random crop and flip augmentation, and
+flip test-time augmentation (each test image's logits plus its mirror's).
 
     towerflow train cifar10 --data-dir ~/data              # every GPU as a tower
     towerflow train cifar10 --data-dir ~/data --cpu-towers 2 --epochs 4
 
 ``--data-dir`` holds ``cifar-10-batches-bin/`` or ``cifar-10-batches-py/``
 (the official downloads; towerflow.data.cifar10.download fetches them).
-Left out for now: flip test-time augmentation.
 """
 
 import towerflow as tf
@@ -20,6 +20,7 @@ class Cifar10Recipe:
     name = "cifar10"
     defaults = {"batch_size": 256, "epochs": 10}
     label_smoothing = 0.2
+    test_time_flip = True
 
     def load(self, data_dir=None):
         if data_dir is None:
