@@ -15,7 +15,7 @@ Example::
     placer.place(op)   # -> LogicalDevice for '/job:localhost/.../device:CPU:0'
 """
 
-from . import errors
+from . import backends, errors
 from .graph import registry
 
 
@@ -29,6 +29,8 @@ class Placer:
         self.devices = list(devices)
         self.allow_soft_placement = allow_soft_placement
         self.placed = {}
+        for device_type in sorted({device.device_type for device in self.devices}):
+            backends.load_backend(device_type)      # registers its kernels
 
     def place(self, op):
         """The device of ``op`` (placing it, and what it is colocated with, if new)."""

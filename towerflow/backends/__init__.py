@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Callable
 
 from .. import errors
+from ..device import physical
 
 _BACKEND_FACTORIES = {}
 
@@ -59,6 +60,18 @@ def device_runtime(logical_device):
     return factory(logical_device)
 
 
+def load_backend(device_type):
+    """Import the backend serving ``device_type`` unless one is registered (the
+    placer asks before it checks which devices have a kernel for an op)."""
+    if device_type not in _BACKEND_FACTORIES:
+        _import_backend_for(device_type)
+
+
 def _import_backend_for(device_type):
     if device_type == "CPU":
         from . import numpy_backend  # noqa: F401  (registers itself)
+    elif device_type == "GPU" and physical.gpus_come_from_cupy():
+        try:
+            from . import cupy_backend  # noqa: F401  (registers itself)
+        except ImportError:     # CuPy vanished since the probe: no GPU kernels
+            pass

@@ -84,6 +84,11 @@ def set_gpu_probe(probe):
     clear_probe_cache()
 
 
+def gpus_come_from_cupy():
+    """True unless a test replaced the probe: real GPUs, served by CuPy."""
+    return _probe_override is None
+
+
 def clear_probe_cache():
     """Forget the cached probe result; the next probe_gpus() asks again.
 

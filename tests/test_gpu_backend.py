@@ -1,0 +1,114 @@
+"""The CuPy backend (towerflow/backends/cupy_backend.py).
+
+Without CuPy these skip; with CuPy but no GPU (CI) only the kernel-table and
+loading tests run; the rest need a real GPU and are the checklist of a GPU
+run (tests skipped here say why)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import towerflow as tf
+from towerflow import backends
+from towerflow.device import physical, runtime
+from towerflow.graph import registry
+
+
+def cupy_backend():
+    pytest.importorskip("cupy", reason="the GPU backend needs CuPy "
+                                       "(pip install 'towerflow[cuda12]')")
+    from towerflow.backends import cupy_backend as module
+    return module
+
+
+@pytest.fixture
+def real_gpu():
+    """Skip unless CuPy sees a working GPU; yields the CuPy backend module."""
+    module = cupy_backend()
+    physical.set_gpu_probe(None)
+    gpus, reason = physical.probe_gpus()
+    if not gpus:
+        pytest.skip(f"needs a GPU: {reason}")
+    registry.register_kernels("GPU", module.KERNELS)
+    backends.register_backend("GPU", module.CupyDevice)
+    yield module
+    registry.unregister_kernels("GPU")
+    backends.unregister_backend("GPU")
+
+
+def test_every_numpy_kernel_has_a_cupy_kernel():
+    from towerflow.backends import numpy_backend
+    module = cupy_backend()
+    host_only = {"MpiAllReduce", "MpiBroadcast"}     # MPI moves host arrays
+    missing = sorted(set(numpy_backend.KERNELS) - set(module.KERNELS) - host_only)
+    assert missing == [], f"kernels without a CuPy version: {missing}"
+
+
+def test_fake_gpus_do_not_load_the_cupy_backend(no_gpu):
+    # A test's GPU probe: the placer must not import CuPy kernels for it.
+    from conftest import fake_gpu
+    physical.set_gpu_probe(lambda: ([fake_gpu(0)], None))
+    assert not physical.gpus_come_from_cupy()
+    registry.unregister_kernels("GPU")
+    backends.unregister_backend("GPU")
+    with tf.device("/gpu:0"):
+        x = tf.constant(1.0) + 1.0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="GPU"):
+        tf.Session().run(x)
+    assert not registry.has_kernel("GPU", "AddV2") and not registry.has_kernel("GPU", "Add")
+    physical.set_gpu_probe(None)
+    assert physical.gpus_come_from_cupy()
+
+
+# -- on a GPU -------------------------------------------------------------------------
+
+
+def test_ops_on_gpu_match_numpy(real_gpu, rng):
+    x_value = rng.standard_normal((8, 5, 5, 3)).astype(np.float32)
+    w_value = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
+
+    def model():
+        x = tf.constant(x_value)
+        y = tf.nn.relu(tf.nn.conv2d(x, tf.constant(w_value), [1, 1, 1, 1], "SAME"))
+        y = tf.nn.max_pool(y, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+        return tf.reduce_sum(tf.nn.softmax(tf.reshape(y, [8, -1])), axis=1)
+    with tf.device("/cpu:0"):
+        on_cpu = model()
+    with tf.device("/gpu:0"):
+        on_gpu = model()
+    sess = tf.Session()
+    cpu_value, gpu_value = sess.run([on_cpu, on_gpu])
+    assert isinstance(gpu_value, np.ndarray)
+    np.testing.assert_allclose(gpu_value, cpu_value, rtol=1e-5)
+
+
+def test_a_logical_gpu_enforces_its_memory_limit(real_gpu):
+    gpu = tf.config.list_physical_devices("GPU")[0]
+    tf.config.set_logical_device_configuration(
+        gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=64)] * 2)
+    with tf.device("/gpu:1"):
+        big = tf.zeros([64, 1024, 1024])        # 256 MiB > 64 MiB
+    with pytest.raises(tf.errors.ResourceExhaustedError, match=r"GPU:1.*64 MiB"):
+        tf.Session().run(big)
+
+
+def test_arrays_stay_on_their_physical_gpu(real_gpu):
+    import cupy
+    gpu = next(d for d in runtime.logical_devices() if d.device_type == "GPU")
+    device = backends.device_runtime(gpu)
+    value = device.to_device(np.arange(6, dtype=np.float32))
+    assert isinstance(value, cupy.ndarray) and value.device.id == gpu.gpu.index
+    np.testing.assert_array_equal(device.to_host(value), np.arange(6, dtype=np.float32))
+
+
+def test_cuda_visible_devices_is_respected_in_a_subprocess(real_gpu):
+    program = ("import towerflow as tf; "
+               "print(len(tf.config.list_physical_devices('GPU')))")
+    hidden = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+                            timeout=120)
+    assert hidden.returncode == 0, hidden.stderr
+    assert hidden.stdout.strip() == "0"
