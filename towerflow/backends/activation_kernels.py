@@ -5,6 +5,7 @@ import math
 
 from .. import errors
 from .cpu_threads import SERIAL
+from .fused_kernels import LONG_ROW, long_rows
 
 
 def build_activation_kernels(xp, parallel=SERIAL):
@@ -38,7 +39,6 @@ def build_activation_kernels(xp, parallel=SERIAL):
 # Below this many elements the kernels below take NumPy's plain one-call path:
 # their own set-up would cost more than it saves.
 _SMALL = 1 << 12
-_LONG_ROW = 2048
 
 
 class _SplitKernels:
@@ -86,17 +86,15 @@ class _SplitKernels:
                 not _plain_floats(x) or bias.dtype != x.dtype:
             return xp.add(x, bias)
         channels = bias.shape[0]
-        if channels >= _LONG_ROW // 4 and self.parallel.parts(x.size, x.size) == 1:
+        if channels >= LONG_ROW // 4 and self.parallel.parts(x.size, x.size) == 1:
             return xp.add(x, bias)
-        # NOTE: rows of ~2048 values against a bias tiled to match: broadcasting
-        # a short bias makes NumPy's inner loop as short as the channel count.
-        repeat = max(1, _LONG_ROW // channels)
-        if (x.size // channels) % repeat:
-            repeat = 1
-        row = channels * repeat
+        # NOTE: long rows against a bias tiled to match: broadcasting a short
+        # bias makes NumPy's inner loop as short as the channel count.
+        x_rows, repeat = long_rows(x.reshape(-1, channels))
+        row = x_rows.shape[1]
         tiled = xp.tile(bias, repeat) if repeat > 1 else bias
         out = xp.empty_like(x)
-        x_rows, out_rows = x.reshape(-1, row), out.reshape(-1, row)
+        out_rows = out.reshape(x_rows.shape)
 
         def block(start, stop):
             xp.add(x_rows[start // row:stop // row], tiled, out=out_rows[start // row:stop // row])
