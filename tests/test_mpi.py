@@ -73,8 +73,13 @@ def test_launch_command_line_has_what_training_needs():
         launcher.mpiexec_command(2, [])
 
 
-def test_timeout_without_peers_names_the_missing_rank():
+def test_timeout_without_peers_names_the_missing_rank(monkeypatch):
+    from towerflow.parallel import mpi
     from towerflow.parallel.mpi import MpiWorld
+    # A real lost peer arms "exit 1 without MPI_Finalize" for this process;
+    # here that would turn pytest's own exit status into 1, so record it.
+    armed = []
+    monkeypatch.setattr(mpi, "_exit_without_finalize", lambda: armed.append(True))
 
     class SilentPeers:   # a 2-rank world whose other rank never answers
         def Get_rank(self):
@@ -92,6 +97,7 @@ def test_timeout_without_peers_names_the_missing_rank():
     with pytest.raises(tf.errors.UnavailableError,
                        match=r"rank 1 did not join all-reduce 'x' within 0.2 s"):
         MpiWorld(SilentPeers()).all_reduce(np.ones(3), "all-reduce 'x'", timeout=0.2)
+    assert armed, "a lost peer must arm the exit that skips MPI_Finalize"
 
 
 class _Done:
