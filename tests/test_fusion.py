@@ -42,8 +42,10 @@ def conv_net(dtype, strides, padding, kernel_size, batch=None):
 
 def feed(x, labels, dtype, seed=0):
     rng = np.random.default_rng(seed)
-    return {x: rng.standard_normal((6, 9, 9, 3)).astype(dtype),
-            labels: rng.integers(0, 5, 6)}
+    values = {x: rng.standard_normal((6, 9, 9, 3)).astype(dtype)}
+    if labels is not None:
+        values[labels] = rng.integers(0, 5, 6)
+    return values
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -219,3 +221,32 @@ def test_the_pool_stays_out_where_its_winners_are_seen_unmasked(fetch):
         assert conv_chain_lengths(sess2) == [4]
     for separate, together in zip([values[0]] + values[2:], fused):
         np.testing.assert_array_equal(separate, together)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_infinite_gradients_through_the_fused_pool_and_relu_match_the_separate_kernels(
+        monkeypatch):
+    # ReluGrad multiplies by (x > 0), as TensorFlow's does: an infinite gradient
+    # where the ReLU was off gives NaN; the fused kernel must give the same.
+    results = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TOWERFLOW_FUSION", flag)
+        with tf.Graph().as_default():
+            x, _, _, _, _ = conv_net(np.float32, 1, "same", 3)
+            hidden = tf.get_default_graph().get_tensor_by_name("conv2d/Relu:0")
+            pooled = tf.nn.max_pool(hidden, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+            scale = tf.placeholder(tf.float32, [None, 5, 5, 8])
+            weights = [v for v in tf.trainable_variables() if "conv2d" in v.name]
+            grads = tf.gradients(tf.reduce_sum(pooled * scale), weights)
+            sess = tf.Session()
+            sess.run(tf.global_variables_initializer())
+            images = feed(x, None, np.float32)[x]
+            pooled_values = sess.run(pooled, {x: images})
+            assert (pooled_values == 0).any()
+            scales = np.where(pooled_values > 0, 1.0, np.inf).astype(np.float32)
+            results[flag] = sess.run(grads, {x: images, scale: scales})
+            if flag == "1":
+                assert "_MaxPoolGradRelu" in fused_kernels(sess)
+    for fused, separate in zip(results["1"], results["0"]):
+        assert np.isnan(separate).any()
+        np.testing.assert_array_equal(fused, separate)

@@ -33,8 +33,8 @@ def _pool_kernels(xp, parallel):
         layout_of = _layout_maker(ctx.attrs)
 
         def grad_fn(x, winner, grad, pooled):
-            masked = grad * (pooled > 0)
-            return (_max_pool_grad(xp, parallel, x, winner, masked, layout_of(x.shape)),)
+            return (_max_pool_grad(xp, parallel, x, winner, grad, layout_of(x.shape),
+                                   relu_output=pooled),)
         return grad_fn
 
     def avg_pool(ctx):
@@ -199,11 +199,13 @@ def _first_max_index(xp, x, out, lay):
     return index
 
 
-def _max_pool_grad(xp, parallel, x, code, grad, lay):
+def _max_pool_grad(xp, parallel, x, code, grad, lay, relu_output=None):
     """Each window's gradient to its first maximum; overlapping windows add up.
     An infinite gradient is selected, never multiplied (inf * 0 would be NaN):
     the image blocks multiply, each checking its gradient is finite, and if one
-    is not, all are done again by selecting."""
+    is not, all are done again by selecting. Given ``relu_output`` (the pooled
+    maxima), each block's gradient is first masked by ``relu_output > 0`` as
+    ReluGrad masks it (multiplying, as TensorFlow's ReluGrad does)."""
     exact_cover = lay.tiles and (lay.out_h * lay.window[0], lay.out_w * lay.window[1]) == \
         tuple(x.shape[1:3])
     dx = xp.empty(x.shape, grad.dtype) if exact_cover else xp.zeros(x.shape, grad.dtype)
@@ -211,11 +213,13 @@ def _max_pool_grad(xp, parallel, x, code, grad, lay):
 
     def work(start, stop, finite=True):
         images = slice(start, stop)
-        if finite and not bool(xp.isfinite(grad[images].sum())):
+        block = grad[images]
+        if relu_output is not None:
+            block = block * (relu_output[images] > 0)
+        if finite and not bool(xp.isfinite(block.sum())):
             infinite.append(start)
             return
-        _route_to_first_max(xp, code[images], grad[images], lay, dx[images], exact_cover,
-                            finite)
+        _route_to_first_max(xp, code[images], block, lay, dx[images], exact_cover, finite)
     _by_images(xp, parallel, x.shape[0], x.size, work)
     if infinite:
         if not exact_cover:
