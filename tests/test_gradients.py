@@ -21,6 +21,8 @@ from towerflow.graph import registry
 
 # -- elementwise -----------------------------------------------------------------------
 
+WHERE_MASK = np.array([[True, False, False, True], [False, True, True, False]])
+
 UNARY = [
     grad_case("negative", tf.negative, floats(2, 3)),
     grad_case("abs", tf.abs, away_from_zero(2, 3)),
@@ -60,6 +62,7 @@ BINARY = [  # [3, 1, 4] with [2, 4] -> [3, 2, 4]: sums x over axis 1, y over axi
     grad_case("pow", tf.pow, positive(3, 1, 4), floats(2, 4)),
     grad_case("pow_scalar_exponent", lambda x, y: tf.pow(x, y), positive(2, 3), floats()),
     grad_case("maximum", tf.maximum, distinct(3, 1, 4), distinct(2, 4, offset=0.05)),
+    grad_case("where", lambda x, y: tf.where(WHERE_MASK, x, y), floats(2, 4), floats(4)),
     grad_case("minimum", tf.minimum, distinct(3, 1, 4), distinct(2, 4, offset=0.05)),
     grad_case("squared_difference", tf.squared_difference, floats(3, 1, 4), floats(2, 4)),
     grad_case("op_operators", lambda x, y: (x - y) * x / (y * y + 1.0) + 2.0 ** x,

@@ -112,6 +112,9 @@ UNARY = [
     case("sigmoid_f64", tf.sigmoid, lambda x: 1 / (1 + np.exp(-x)),
          floats(2, 3, dtype=np.float64)),
     case("logical_not", tf.logical_not, np.logical_not, bools(2, 3)),
+    case("is_finite", tf.is_finite, np.isfinite, fixed(1.0, np.inf, -np.inf, np.nan)),
+    case("is_nan", tf.is_nan, np.isnan, fixed(1.0, np.inf, -np.inf, np.nan, dtype=np.float64)),
+    case("is_inf", tf.is_inf, np.isinf, fixed(1.0, np.inf, -np.inf, np.nan)),
 ]
 
 BINARY = [  # shapes broadcast: [2, 3] with [3], [2, 1] with [1, 3], [] with [2, 3]
@@ -150,6 +153,8 @@ BINARY = [  # shapes broadcast: [2, 3] with [3], [2, 1] with [1, 3], [] with [2,
          ints(2, 3), ints()),
     case("logical_and", tf.logical_and, np.logical_and, bools(2, 3), bools(3)),
     case("logical_or", tf.logical_or, np.logical_or, bools(2, 1), bools(1, 3)),
+    case("where", tf.where, np.where, bools(2, 3), floats(2, 3), floats(3)),
+    case("where_i32", tf.where, np.where, bools(3), ints(2, 3), ints(2, 3)),
 ]
 
 COMPARISONS = [  # few distinct values, so equal ones are common

@@ -114,6 +114,8 @@ def _elementwise_kernels(xp, parallel):
         "LessEqual": xp.less_equal, "Greater": xp.greater, "GreaterEqual": xp.greater_equal,
         "LogicalAnd": xp.logical_and, "LogicalOr": xp.logical_or,
         "LogicalNot": xp.logical_not,
+        "IsFinite": xp.isfinite, "IsNan": xp.isnan, "IsInf": xp.isinf,
+        "Select": xp.where,
     }
     table = {name: _fixed(fn) for name, fn in fns.items()}
     table["MatMul"] = lambda ctx: _matmul_kernel(xp, ctx.attrs, parallel)

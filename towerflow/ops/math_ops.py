@@ -4,7 +4,7 @@ Python operators on tensors (``a + b``, ``a @ b``, ``-a``, ``a < b``)."""
 from .. import dtypes
 from ..graph import core, shapes
 from ..graph.registry import register_op
-from .constant_ops import convert_to_tensor
+from .constant_ops import convert_to_tensor, zeros_like
 
 # -- shape rules ---------------------------------------------------------------
 
@@ -23,6 +23,24 @@ def _broadcast_to_bool(inputs, attrs):
     return [(shapes.broadcast(x.shape, y.shape), dtypes.bool)]
 
 
+def _float_to_bool(inputs, attrs):
+    x, = inputs
+    if not x.dtype.is_floating:
+        raise TypeError(f"expected a floating-point input, got {x.name} of {x.dtype.name}")
+    return [(x.shape, dtypes.bool)]
+
+
+def _select_shape(inputs, attrs):
+    condition, x, y = inputs
+    if not condition.dtype.is_bool:
+        raise TypeError(f"where's condition must be bool, got {condition.name} of "
+                        f"{condition.dtype.name}")
+    if x.dtype is not y.dtype:
+        raise TypeError(f"where's x and y must have one dtype, got {x.name} of "
+                        f"{x.dtype.name} and {y.name} of {y.dtype.name}")
+    return [(shapes.broadcast(condition.shape, shapes.broadcast(x.shape, y.shape)), x.dtype)]
+
+
 def _bool_input(inputs, attrs):
     for tensor in inputs:
         if not tensor.dtype.is_bool:
@@ -35,6 +53,7 @@ UNARY_OPS = ("Neg", "Abs", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Si
              "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Tanh", "Sigmoid")
 BINARY_OPS = ("Add", "Sub", "Mul", "RealDiv", "FloorDiv", "FloorMod", "Pow", "Maximum",
               "Minimum", "SquaredDifference")
+FLOAT_CHECK_OPS = ("IsFinite", "IsNan", "IsInf")     # float -> bool, elementwise
 COMPARISON_OPS = ("Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual")
 
 for _op_type in UNARY_OPS:
@@ -44,6 +63,9 @@ for _op_type in BINARY_OPS:
 for _op_type in COMPARISON_OPS:
     register_op(_op_type, _broadcast_to_bool)
 register_op("LogicalNot", _bool_input)
+register_op("Select", _select_shape)
+for _op_type in FLOAT_CHECK_OPS:
+    register_op(_op_type, _float_to_bool)
 register_op("LogicalAnd", _bool_input)
 register_op("LogicalOr", _bool_input)
 
@@ -119,6 +141,22 @@ cos = _unary_builder("Cos", "cos")
 tanh = _unary_builder("Tanh", "tanh")
 sigmoid = _unary_builder("Sigmoid", "sigmoid")
 logical_not = _unary_builder("LogicalNot", "logical_not")
+is_finite = _unary_builder("IsFinite", "is_finite")
+is_nan = _unary_builder("IsNan", "is_nan")
+is_inf = _unary_builder("IsInf", "is_inf")
+
+
+
+def where(condition, x, y, name=None):
+    """Elementwise ``x`` where ``condition`` is true, else ``y`` (all three
+    broadcast together, as TensorFlow 2's ``where``):
+    ``tf.where(step_ok, new_scale, scale)``. Unlike TensorFlow's, ``x`` and
+    ``y`` are both required."""
+    condition = convert_to_tensor(condition)
+    x, y = _convert_pair("Select", x, y)
+    return condition.graph.create_op("Select", [condition, x, y],
+                                     name=name or "Select").outputs[0]
+
 
 add = _binary_builder("Add", "add")
 subtract = _binary_builder("Sub", "subtract")
@@ -317,8 +355,8 @@ overload_operators(core.Tensor)
 
 from ..graph.registry import register_gradient, register_not_differentiable  # noqa: E402
 
-register_not_differentiable(*COMPARISON_OPS, "LogicalNot", "LogicalAnd", "LogicalOr",
-                            "Sign", "Floor", "Ceil", "Round", "FloorDiv", "ArgMax",
+register_not_differentiable(*COMPARISON_OPS, *FLOAT_CHECK_OPS, "LogicalNot", "LogicalAnd",
+                            "LogicalOr", "Sign", "Floor", "Ceil", "Round", "FloorDiv", "ArgMax",
                             "ArgMin", "Any", "All")
 
 register_op("TanhGrad", _same_as_input)      # (y, grad) -> grad * (1 - y^2)
@@ -403,6 +441,8 @@ def _matmul_grad(op, grad):
 
 register_gradient("MatMul", _matmul_grad)
 register_gradient("AddN", lambda op, g: [g] * len(op.inputs))
+register_gradient("Select", lambda op, g: [
+    None, where(op.inputs[0], g, zeros_like(g)), where(op.inputs[0], zeros_like(g), g)])
 register_gradient("Cast", lambda op, g: [cast(g, op.inputs[0].dtype)
                                          if op.inputs[0].dtype.is_floating else None])
 
