@@ -14,7 +14,8 @@ import types as _types
 
 from . import backends as _backends  # noqa: F401
 from .backends import numpy_backend as _numpy_backend  # noqa: F401  (CPU kernels)
-from . import config, data, device_lib, errors, layers, losses, nn, parallel, train
+from . import (config, data, device_lib, errors, layers, losses, mixed_precision, nn,
+               parallel, train)
 from . import testing as test
 from .autodiff import gradients, stop_gradient
 from .device import DeviceSpec
@@ -36,12 +37,13 @@ from .ops.constant_ops import (constant, convert_to_tensor, fill, ones, ones_lik
                                register_tensor_conversion_function, zeros, zeros_like)
 from .ops.math_ops import (abs, add, add_n, argmax, argmin, cast, ceil, cos, div,  # noqa: A004
                            divide, equal, exp, floor, floordiv, floormod, greater,
-                           greater_equal, less, less_equal, log, log1p, logical_and,
+                           greater_equal, is_finite, is_inf, is_nan, less, less_equal, log,
+                           log1p, logical_and,
                            logical_not, logical_or, matmul, maximum, minimum, mod, multiply,
                            negative, not_equal, pow, reciprocal, reduce_all, reduce_any,
                            reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum,
                            round, rsqrt, sigmoid, sign, sin, sqrt, square,
-                           squared_difference, subtract, tanh, truediv)
+                           squared_difference, subtract, tanh, truediv, where)
 from .ops import init_ops as initializers
 from .ops.random_ops import (categorical, multinomial, random_normal, random_uniform,
                              set_random_seed, truncated_normal)

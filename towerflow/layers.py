@@ -4,12 +4,17 @@
     hidden = tf.layers.dense(x, 512, activation=tf.nn.relu)       # dense/kernel, dense/bias
     y = tf.layers.conv2d(images, 32, 3, padding='same')           # conv2d/kernel, ...
     y = tf.layers.batch_normalization(y, training=is_training)   # updates in UPDATE_OPS
+
+Under a mixed-precision policy (towerflow.mixed_precision) a layer casts its
+input to the compute dtype (float16) and keeps its variables in float32,
+reading them through casts; batch-norm statistics stay float32.
 """
 
 import numpy as np
 
 from . import dtypes
 from .graph import core
+from .mixed_precision import cast_to, layer_dtypes
 from .graph.core import GraphKeys, Tensor
 from .ops import array_ops, conv_ops, init_ops, math_ops, nn_ops, norm_ops
 from .ops.constant_ops import convert_to_tensor
@@ -34,14 +39,16 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     graph = core.get_default_graph()
     in_units = _known(x.shape.dims[-1] if x.shape.dims else None, "dense input size")
     with graph.name_scope(name or "dense"):
-        kernel = _variable("kernel", [in_units, units], x.dtype,
+        variable_dtype, compute_dtype = layer_dtypes(x)
+        x = cast_to(x, compute_dtype)
+        kernel = _variable("kernel", [in_units, units], variable_dtype,
                            kernel_initializer or init_ops.glorot_uniform_initializer(),
                            trainable)
         flat = x if x.shape.ndims == 2 else array_ops.reshape(x, [-1, in_units])
-        y = math_ops.matmul(flat, kernel)
+        y = math_ops.matmul(flat, cast_to(kernel, compute_dtype))
         if use_bias:
-            bias = _variable("bias", [units], x.dtype, bias_initializer, trainable)
-            y = nn_ops.bias_add(y, bias)
+            bias = _variable("bias", [units], variable_dtype, bias_initializer, trainable)
+            y = nn_ops.bias_add(y, cast_to(bias, compute_dtype))
         if x.shape.ndims != 2:
             y = array_ops.reshape(y, [-1] + [_known(d, "dense input dimensions")
                                              for d in x.shape.dims[1:-1]] + [units])
@@ -60,13 +67,17 @@ def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",
     in_channels = _known(x.shape.dims[-1] if x.shape.dims else None, "conv2d input channels")
     graph = core.get_default_graph()
     with graph.name_scope(name or "conv2d"):
-        kernel = _variable("kernel", [kernel_h, kernel_w, in_channels, filters], x.dtype,
+        variable_dtype, compute_dtype = layer_dtypes(x)
+        x = cast_to(x, compute_dtype)
+        kernel = _variable("kernel", [kernel_h, kernel_w, in_channels, filters],
+                           variable_dtype,
                            kernel_initializer or init_ops.glorot_uniform_initializer(),
                            trainable)
-        y = conv_ops.conv2d(x, kernel, [1, stride_h, stride_w, 1], padding.upper())
+        y = conv_ops.conv2d(x, cast_to(kernel, compute_dtype), [1, stride_h, stride_w, 1],
+                            padding.upper())
         if use_bias:
-            y = nn_ops.bias_add(y, _variable("bias", [filters], x.dtype, bias_initializer,
-                                             trainable))
+            bias = _variable("bias", [filters], variable_dtype, bias_initializer, trainable)
+            y = nn_ops.bias_add(y, cast_to(bias, compute_dtype))
         return activation(y) if activation is not None else y
 
 
@@ -126,6 +137,7 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
         raise ValueError(f"batch_normalization normalises the last (channel) axis only, "
                          f"got axis={axis}")
     channels = _known(x.shape.dims[-1] if x.shape.dims else None, "channel count")
+    x = cast_to(x, layer_dtypes(x)[1])     # float16 under mixed_float16: stats stay float32
     graph = core.get_default_graph()
     stats_dtype = dtypes.float32 if x.dtype is dtypes.float16 else x.dtype
     with graph.name_scope(name or "batch_normalization"):

@@ -21,11 +21,30 @@ from . import kernels as _kernels
 def build_training_kernels(xp):
     """The training kernel table for array module ``xp``."""
     return {
-        "ApplyGradientDescent": lambda ctx: _gradient_descent_kernel(xp, ctx),
-        "ApplyMomentum": lambda ctx: _momentum_kernel(xp, ctx),
-        "ApplyAdam": lambda ctx: _adam_kernel(xp, ctx),
+        "ApplyGradientDescent": lambda ctx: _gated(ctx, _gradient_descent_kernel(xp, ctx)),
+        "ApplyMomentum": lambda ctx: _gated(ctx, _momentum_kernel(xp, ctx)),
+        "ApplyAdam": lambda ctx: _gated(ctx, _adam_kernel(xp, ctx)),
         "LearningRateSchedule": lambda ctx: _schedule_kernel(xp, ctx),
     }
+
+
+def _gated(ctx, apply):
+    """``apply`` for an ungated op; for a gated one (its last input a bool
+    scalar, see training_ops._apply), an update that runs only when the gate
+    is true and otherwise returns the variable's buffer untouched.
+
+    NOTE: reading the gate waits for it (a device-to-host copy on a GPU)."""
+    if not ctx.attrs.get("gated"):
+        return apply
+    var_cell = ctx.resource(("variable", ctx.attrs["variable"]), _kernels.VariableCell)
+
+    def gated(*inputs):
+        if bool(inputs[-1]):
+            return apply(*inputs[:-1])
+        if var_cell.value is None:
+            return apply(*inputs[:-1])     # raises the uninitialized-variable error
+        return var_cell.value
+    return gated
 
 
 class Scratch:

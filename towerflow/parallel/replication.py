@@ -69,7 +69,7 @@ class DataParallel:
             self._broadcast_from_rank_0(graph, towers[0].variables + towers[0].statistics)
         replicas = _mirror(graph, [tower.variables for tower in towers])
         statistics = _mirror(graph, [tower.statistics for tower in towers])
-        reduced = self._reduced_gradients(graph, towers, replicas)
+        reduced = self._reduced_gradients(graph, towers, replicas, optimizer)
         grads_and_vars = [(grad, var) for tower_grads, tower_vars in zip(reduced, replicas)
                           for grad, var in zip(tower_grads, tower_vars)]
         # Each tower's own updates (batch-norm moving statistics) run with the step.
@@ -78,6 +78,9 @@ class DataParallel:
         if self.sync_statistics and statistics[0]:
             train_op = self._average_statistics(graph, statistics, train_op)
         loss, metrics = self._global_values(graph, towers)
+        if getattr(optimizer, "step_skipped", None) is not None:   # loss scaling's metrics
+            metrics.update(loss_scale=optimizer.scale_used,
+                           step_skipped=optimizer.step_skipped)
         return TrainStep(train_op, loss, metrics, [tower.loss for tower in towers],
                          replicas[0], replicas)
 
@@ -113,14 +116,21 @@ class DataParallel:
                 assigns += [var.assign(mean).op for var in replicas]
         return array_ops.group(*assigns, name="train_step")
 
-    def _reduced_gradients(self, graph, towers, replicas):
+    def _reduced_gradients(self, graph, towers, replicas, optimizer):
         """Per tower, the gradients of the global-batch mean loss, summed across
-        towers, in the order of ``replicas[tower]``."""
+        towers, in the order of ``replicas[tower]``. A loss-scaling optimizer
+        (towerflow.mixed_precision) scales each tower's loss and unscales its
+        gradients before the reduction."""
         weighted = []
+        scaled = hasattr(optimizer, "get_scaled_loss")
         for tower, variables in zip(towers, replicas):
             with graph.device(self.devices[tower.index]), \
                     graph.name_scope(f"tower_{tower.index}_gradients"):
-                grads = _gradients(tower.loss, variables)
+                if scaled:
+                    grads = optimizer.get_unscaled_gradients(
+                        _gradients(optimizer.get_scaled_loss(tower.loss), variables))
+                else:
+                    grads = _gradients(tower.loss, variables)
                 weighted.append([sharding.scale_or_zero(grad, tower.fraction) for grad in grads])
         plan = buckets.plan_buckets(weighted[0], self.bucket_bytes)
         packed = [self._pack(graph, grads, plan, rank) for rank, grads in enumerate(weighted)]

@@ -30,6 +30,7 @@ class Optimizer:
         self._slots = {}        # slot name -> {variable: slot variable}
         self._non_slots = {}    # (name, graph) -> variable (Adam's beta powers)
         self._hyper_tensors = {}
+        self._gate = None       # a bool scalar while a gated apply builds its ops
 
     def get_name(self):
         return self._name
@@ -62,6 +63,11 @@ class Optimizer:
         """One op that updates every variable that has a gradient, in place, then
         increments ``global_step`` (if given). ValueError if no variable has one.
         Example: ``train_op = opt.apply_gradients(opt.compute_gradients(loss))``."""
+        return self._apply_gradients(grads_and_vars, global_step, name, gate=None)
+
+    def _apply_gradients(self, grads_and_vars, global_step, name, gate):
+        """apply_gradients; given ``gate`` (a bool scalar tensor) the step changes
+        nothing (variables, slots, global_step) when the gate is false."""
         grads_and_vars = list(grads_and_vars)
         pairs = [(grad, _check_variable(var)) for grad, var in grads_and_vars]
         if not pairs:
@@ -76,11 +82,18 @@ class Optimizer:
                 self._create_slots([var for _, var in pairs])  # TF's init_scope
             with graph.name_scope(name or self._name) as scope:
                 self._prepare(graph, [var.dtype for _, var in pairs])
-                update_ops = [self._update(graph, grad, var) for grad, var in pairs]
+                self._gate = gate
+                try:
+                    update_ops = [self._update(graph, grad, var) for grad, var in pairs]
+                    finished = self._finish(update_ops, scope if global_step is None
+                                            else "update")
+                finally:
+                    self._gate = None
                 if global_step is None:
-                    return self._finish(update_ops, scope)
-                with graph.control_dependencies([self._finish(update_ops, "update")]):
-                    return global_step.assign_add(1, name=scope).op
+                    return finished
+                with graph.control_dependencies([finished]):
+                    increment = 1 if gate is None else math_ops.cast(gate, global_step.dtype)
+                    return global_step.assign_add(increment, name=scope).op
 
     def minimize(self, loss, global_step=None, var_list=None, gate_gradients=GATE_OP,
                  aggregation_method=None, colocate_gradients_with_ops=False, name=None,
@@ -125,11 +138,13 @@ class Optimizer:
         """Make the slot variables of ``var_list`` (none by default)."""
 
     def _apply_dense(self, grad, var):
-        """The op that updates ``var`` in place with ``grad``."""
+        """The op that updates ``var`` in place with ``grad``; it passes
+        ``gate=self._gate`` to its training op (see ``_apply_gradients``)."""
         raise NotImplementedError
 
     def _finish(self, update_ops, name_scope):
-        """The op that completes a step once every update has run."""
+        """The op that completes a step once every update has run (a state change
+        here must keep the old value where ``self._gate`` is false)."""
         return array_ops.group(*update_ops, name=name_scope)
 
     def _hyper(self, name, dtype):

@@ -44,7 +44,8 @@ class GradientDescentOptimizer(Optimizer):
 
     def _apply_dense(self, grad, var):
         return training_ops.apply_gradient_descent(
-            var, self._hyper("learning_rate", var.dtype), grad, self._weight_decay)
+            var, self._hyper("learning_rate", var.dtype), grad, self._weight_decay,
+            gate=self._gate)
 
 
 class MomentumOptimizer(Optimizer):
@@ -74,7 +75,7 @@ class MomentumOptimizer(Optimizer):
         return training_ops.apply_momentum(
             var, self.get_slot(var, "momentum"), self._hyper("learning_rate", var.dtype),
             grad, self._hyper("momentum", var.dtype), self._use_nesterov,
-            self._weight_decay)
+            self._weight_decay, gate=self._gate)
 
 
 class AdamOptimizer(Optimizer):
@@ -124,7 +125,13 @@ class AdamOptimizer(Optimizer):
                   for name in ("learning_rate", "beta1", "beta2", "epsilon")]
         return training_ops.apply_adam(
             var, self.get_slot(var, "m"), self.get_slot(var, "v"), *powers, *hypers, grad,
-            weight_decay=self._weight_decay)
+            weight_decay=self._weight_decay, gate=self._gate)
+
+    def _gated(self, new_value, variable):
+        """``new_value``, or the variable's value on a step the gate skips."""
+        if self._gate is None:
+            return new_value
+        return math_ops.where(self._gate, new_value, variable.value())
 
     @staticmethod
     def _as_dtype(power, dtype):
@@ -136,9 +143,11 @@ class AdamOptimizer(Optimizer):
         with graph.control_dependencies(update_ops), \
                 training_ops.colocated_with(beta1_power):
             update_beta1 = beta1_power.assign(
-                beta1_power * self._hyper("beta1", beta1_power.dtype), name="update_beta1")
+                self._gated(beta1_power * self._hyper("beta1", beta1_power.dtype),
+                            beta1_power), name="update_beta1")
             update_beta2 = beta2_power.assign(
-                beta2_power * self._hyper("beta2", beta2_power.dtype), name="update_beta2")
+                self._gated(beta2_power * self._hyper("beta2", beta2_power.dtype),
+                            beta2_power), name="update_beta2")
         return array_ops.group(*update_ops, update_beta1, update_beta2, name=name_scope)
 
 

@@ -29,9 +29,12 @@ def _apply_shape(op_type):
         _check_like_variable(var, grad, "gradient")
         for slot_op in attrs["slots"]:
             _check_like_variable(var, slot_op.outputs[0], "slot")
-        for index, hyper in enumerate(inputs):
+        hypers = inputs[:-1] if attrs.get("gated") else inputs
+        for index, hyper in enumerate(hypers):
             if index != grad_index:
                 _check_hyperparameter(var, hyper)
+        if attrs.get("gated"):
+            _check_gate(inputs[-1])
         return [(var.shape, var.dtype)]
     return shape_fn
 
@@ -56,6 +59,12 @@ for _op_type in _GRAD_INPUT:
 register_not_differentiable(*_GRAD_INPUT)
 
 
+def _check_gate(gate):
+    if not gate.dtype.is_bool or gate.shape.ndims not in (0, None):
+        raise TypeError(f"the gate {gate.name} of an update must be a bool scalar; got "
+                        f"{gate.dtype.name} {gate.shape}")
+
+
 @contextlib.contextmanager
 def colocated_with(var):
     """Build ops on ``var``'s device, whatever the enclosing device scope (as
@@ -65,33 +74,39 @@ def colocated_with(var):
         yield
 
 
-def _apply(op_type, var, inputs, slots=(), name=None, **attrs):
-    attrs.update(variable=var.op, slots=tuple(slot.op for slot in slots))
+def _apply(op_type, var, inputs, slots=(), name=None, gate=None, **attrs):
+    """The update op; given ``gate`` (a bool scalar tensor, its last input) it
+    changes nothing (variable and slots) on a step where the gate is false."""
+    attrs.update(variable=var.op, slots=tuple(slot.op for slot in slots),
+                 gated=gate is not None)
+    if gate is not None:
+        inputs = list(inputs) + [gate]
     with colocated_with(var):
         return var.graph.create_op(op_type, list(inputs), attrs, name=name or op_type)
 
 
-def apply_gradient_descent(var, learning_rate, grad, weight_decay=0.0, name=None):
+def apply_gradient_descent(var, learning_rate, grad, weight_decay=0.0, name=None, gate=None):
     """``var -= learning_rate * grad`` in place (after ``var *= 1 - lr * wd``)."""
-    return _apply("ApplyGradientDescent", var, [learning_rate, grad], name=name,
+    return _apply("ApplyGradientDescent", var, [learning_rate, grad], name=name, gate=gate,
                   weight_decay=float(weight_decay))
 
 
 def apply_momentum(var, accum, learning_rate, grad, momentum, use_nesterov=False,
-                   weight_decay=0.0, name=None):
+                   weight_decay=0.0, name=None, gate=None):
     """``accum = momentum * accum + grad; var -= lr * accum`` (Nesterov:
     ``var -= lr * (grad + momentum * accum)``), in place."""
-    return _apply("ApplyMomentum", var, [learning_rate, grad, momentum], [accum], name,
+    return _apply("ApplyMomentum", var, [learning_rate, grad, momentum], [accum], name, gate,
                   use_nesterov=bool(use_nesterov), weight_decay=float(weight_decay))
 
 
 def apply_adam(var, m, v, beta1_power, beta2_power, learning_rate, beta1, beta2, epsilon,
-               grad, weight_decay=0.0, name=None):
+               grad, weight_decay=0.0, name=None, gate=None):
     """TensorFlow's ApplyAdam, in place: ``lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)``,
     ``m += (g - m)(1 - beta1)``, ``v += (g^2 - v)(1 - beta2)``,
     ``var -= lr_t * m / (sqrt(v) + epsilon)``."""
     inputs = [beta1_power, beta2_power, learning_rate, beta1, beta2, epsilon, grad]
-    return _apply("ApplyAdam", var, inputs, [m, v], name, weight_decay=float(weight_decay))
+    return _apply("ApplyAdam", var, inputs, [m, v], name, gate,
+                  weight_decay=float(weight_decay))
 
 
 # -- learning-rate schedules -----------------------------------------------------
