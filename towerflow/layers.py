@@ -14,7 +14,7 @@ import numpy as np
 
 from . import dtypes
 from .graph import core
-from .mixed_precision import cast_to, layer_dtypes
+from .mixed_precision import layer_dtypes
 from .graph.core import GraphKeys, Tensor
 from .ops import array_ops, conv_ops, init_ops, math_ops, nn_ops, norm_ops
 from .ops.constant_ops import convert_to_tensor
@@ -40,15 +40,15 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     in_units = _known(x.shape.dims[-1] if x.shape.dims else None, "dense input size")
     with graph.name_scope(name or "dense"):
         variable_dtype, compute_dtype = layer_dtypes(x)
-        x = cast_to(x, compute_dtype)
+        x = math_ops.cast_if_needed(x, compute_dtype)
         kernel = _variable("kernel", [in_units, units], variable_dtype,
                            kernel_initializer or init_ops.glorot_uniform_initializer(),
                            trainable)
         flat = x if x.shape.ndims == 2 else array_ops.reshape(x, [-1, in_units])
-        y = math_ops.matmul(flat, cast_to(kernel, compute_dtype))
+        y = math_ops.matmul(flat, math_ops.cast_if_needed(kernel, compute_dtype))
         if use_bias:
             bias = _variable("bias", [units], variable_dtype, bias_initializer, trainable)
-            y = nn_ops.bias_add(y, cast_to(bias, compute_dtype))
+            y = nn_ops.bias_add(y, math_ops.cast_if_needed(bias, compute_dtype))
         if x.shape.ndims != 2:
             y = array_ops.reshape(y, [-1] + [_known(d, "dense input dimensions")
                                              for d in x.shape.dims[1:-1]] + [units])
@@ -68,16 +68,16 @@ def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",
     graph = core.get_default_graph()
     with graph.name_scope(name or "conv2d"):
         variable_dtype, compute_dtype = layer_dtypes(x)
-        x = cast_to(x, compute_dtype)
+        x = math_ops.cast_if_needed(x, compute_dtype)
         kernel = _variable("kernel", [kernel_h, kernel_w, in_channels, filters],
                            variable_dtype,
                            kernel_initializer or init_ops.glorot_uniform_initializer(),
                            trainable)
-        y = conv_ops.conv2d(x, cast_to(kernel, compute_dtype), [1, stride_h, stride_w, 1],
-                            padding.upper())
+        y = conv_ops.conv2d(x, math_ops.cast_if_needed(kernel, compute_dtype),
+                            [1, stride_h, stride_w, 1], padding.upper())
         if use_bias:
             bias = _variable("bias", [filters], variable_dtype, bias_initializer, trainable)
-            y = nn_ops.bias_add(y, cast_to(bias, compute_dtype))
+            y = nn_ops.bias_add(y, math_ops.cast_if_needed(bias, compute_dtype))
         return activation(y) if activation is not None else y
 
 
@@ -137,7 +137,8 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
         raise ValueError(f"batch_normalization normalises the last (channel) axis only, "
                          f"got axis={axis}")
     channels = _known(x.shape.dims[-1] if x.shape.dims else None, "channel count")
-    x = cast_to(x, layer_dtypes(x)[1])     # float16 under mixed_float16: stats stay float32
+    # float16 under mixed_float16; the statistics stay float32
+    x = math_ops.cast_if_needed(x, layer_dtypes(x)[1])
     graph = core.get_default_graph()
     stats_dtype = dtypes.float32 if x.dtype is dtypes.float16 else x.dtype
     with graph.name_scope(name or "batch_normalization"):

@@ -79,11 +79,6 @@ def layer_dtypes(x):
     return dtypes.as_dtype(policy.variable_dtype), dtypes.as_dtype(policy.compute_dtype)
 
 
-def cast_to(tensor, dtype):
-    """``tensor`` as ``dtype`` (itself when it already is)."""
-    return tensor if tensor.dtype is dtype else math_ops.cast(tensor, dtype)
-
-
 class LossScaleOptimizer(Optimizer):
     """Wraps ``optimizer`` with dynamic loss scaling (see the module docstring).
 
@@ -122,7 +117,7 @@ class LossScaleOptimizer(Optimizer):
         """``loss * loss_scale`` (in the loss's dtype)."""
         loss = constant_ops.convert_to_tensor(loss)
         with loss.graph.as_default():
-            return loss * cast_to(self._scale_read(loss.graph), loss.dtype)
+            return loss * math_ops.cast_if_needed(self._scale_read(loss.graph), loss.dtype)
 
     def get_unscaled_gradients(self, grads):
         """Each gradient divided by ``loss_scale`` (None stays None)."""
@@ -131,8 +126,8 @@ class LossScaleOptimizer(Optimizer):
             return list(grads)
         with graph.as_default():
             inverse = 1.0 / self._scale_read(graph)
-            return [None if grad is None else grad * cast_to(inverse, grad.dtype)
-                    for grad in grads]
+            return [None if grad is None else
+                    grad * math_ops.cast_if_needed(inverse, grad.dtype) for grad in grads]
 
     def _scale_read(self, graph):
         """One read of the scale for every tower of the step being built: the
@@ -213,8 +208,5 @@ class LossScaleOptimizer(Optimizer):
 
 def _all_finite(grads):
     """One bool scalar: every element of every gradient is finite."""
-    checks = [math_ops.reduce_all(math_ops.is_finite(grad)) for grad in grads]
-    result = checks[0]
-    for check in checks[1:]:
-        result = math_ops.logical_and(result, check)
-    return result
+    return math_ops.reduce_all(array_ops.stack(
+        [math_ops.reduce_all(math_ops.is_finite(grad)) for grad in grads]))

@@ -37,7 +37,7 @@ import zlib
 
 import numpy as np
 
-from .splits import Split, Splits
+from .splits import Split, Splits, unusable_directory
 
 __all__ = ["load", "download", "CLASS_NAMES", "SOURCE_URL", "BINARY", "PYTHON", "LAYOUTS"]
 
@@ -99,13 +99,8 @@ def _locate(directory, layouts):
 
 
 def _not_found_error(directory, layouts, partial):
-    if not os.path.exists(directory):
-        state = "the directory does not exist"
-    elif not os.path.isdir(directory):
-        state = "it is not a directory"
-    else:
-        state = "; ".join(partial) or "it holds no " + " or ".join(
-            f"{layout.folder}/" for layout in layouts)
+    state = unusable_directory(directory) or "; ".join(partial) or "it holds no " + \
+        " or ".join(f"{layout.folder}/" for layout in layouts)
     wanted = "\n".join(
         f"  {os.path.join(directory, layout.folder)}/: {', '.join(layout.batch_files)} "
         f"and {layout.meta_file}\n    (from {layout.archive}, md5 {layout.md5})"

@@ -10,6 +10,7 @@
 
 import collections
 import operator
+import os
 
 __all__ = ["Split", "Splits", "shard_sizes"]
 
@@ -39,3 +40,13 @@ def shard_sizes(batch, num_towers):
         raise ValueError(f"batch must be a count of examples (>= 0); received {batch}")
     base, extra = divmod(batch, num_towers)
     return [base + 1 if tower < extra else base for tower in range(num_towers)]
+
+
+def unusable_directory(directory):
+    """Why ``directory`` cannot hold a data set's files ('the directory does not
+    exist', 'it is not a directory'), or None: for not-found errors."""
+    if not os.path.exists(directory):
+        return "the directory does not exist"
+    if not os.path.isdir(directory):
+        return "it is not a directory"
+    return None

@@ -274,6 +274,12 @@ def cast(x, dtype, name=None):
     return x.graph.create_op("Cast", [x], {"dtype": dtype}, name=name or "Cast").outputs[0]
 
 
+def cast_if_needed(x, dtype):
+    """``x`` as ``dtype``: ``x`` itself when it already has it, else a Cast."""
+    x = convert_to_tensor(x)
+    return x if x.dtype is dtypes.as_dtype(dtype) else cast(x, dtype)
+
+
 def _arg_shape(inputs, attrs):
     x = inputs[0]
     shape = shapes.reduce(x.shape, (attrs["axis"],), keepdims=False)

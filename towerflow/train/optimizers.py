@@ -120,7 +120,8 @@ class AdamOptimizer(Optimizer):
             self._zeros_slot(var, "v", self._name + "_1")
 
     def _apply_dense(self, grad, var):
-        powers = [self._as_dtype(power, var.dtype) for power in self._beta_powers(var.graph)]
+        powers = [math_ops.cast_if_needed(power.value(), var.dtype)
+                  for power in self._beta_powers(var.graph)]
         hypers = [self._hyper(name, var.dtype)
                   for name in ("learning_rate", "beta1", "beta2", "epsilon")]
         return training_ops.apply_adam(
@@ -132,10 +133,6 @@ class AdamOptimizer(Optimizer):
         if self._gate is None:
             return new_value
         return math_ops.where(self._gate, new_value, variable.value())
-
-    @staticmethod
-    def _as_dtype(power, dtype):
-        return power.value() if power.dtype is dtype else math_ops.cast(power, dtype)
 
     def _finish(self, update_ops, name_scope):
         graph = update_ops[0].graph

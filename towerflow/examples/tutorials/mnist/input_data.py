@@ -34,6 +34,8 @@ import zlib
 
 import numpy as np
 
+from ....data.splits import unusable_directory
+
 __all__ = ["DataSet", "Datasets", "read_data_sets", "load_mnist", "extract_images",
            "extract_labels", "dense_to_one_hot", "DEFAULT_SOURCE_URL"]
 
@@ -79,12 +81,7 @@ def _find(directory, gz_name):
 
 
 def _missing_files_error(directory, missing, source_url):
-    if not os.path.exists(directory):
-        state = "the directory does not exist"
-    elif not os.path.isdir(directory):
-        state = "it is not a directory"
-    else:
-        state = "missing " + ", ".join(missing)
+    state = unusable_directory(directory) or "missing " + ", ".join(missing)
     needed = "\n".join(f"  {name}" for name in _ALL_FILES)
     quoted = shlex.quote(directory)
     return FileNotFoundError(
