@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from towerflow import errors
+from towerflow.backends import native
 from towerflow.backends.nn_kernels import build_nn_kernels
 
 try:
@@ -21,6 +22,17 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
                                  "no second oracle")
 
 KERNELS = build_nn_kernels(np)
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def kernel_path(request, monkeypatch):
+    """Every test twice: with the compiled window kernels (native.py) where they
+    are built and apply, and with the NumPy kernels alone."""
+    if request.param == "numpy":
+        monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    elif not native.available():
+        pytest.skip("towerflow.backends._native is not built: the NumPy run covers it")
+    return request.param
 TOLERANCE = {np.float64: dict(rtol=1e-10, atol=1e-10), np.float32: dict(rtol=1e-4, atol=1e-4)}
 
 # (x shape, filter shape, strides, padding)

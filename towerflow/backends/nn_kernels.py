@@ -21,7 +21,7 @@ import contextlib
 
 import numpy as np
 
-from . import output_used
+from . import native, output_used
 from .cpu_threads import SERIAL, split
 from .fused_kernels import _batch_norm_kernels, _cross_entropy_kernels, long_rows
 from .parallel_gemm import matmul_by_rows, matmul_over_rows
@@ -101,6 +101,8 @@ def _conv_kernels(xp, parallel):
             if (kh, kw) + lay.strides == (1, 1, 1, 1):
                 return matmul_by_rows(xp, parallel, grad2d,
                                        w.reshape(channels, out_channels).T).reshape(x.shape)
+            if native.accepts(grad2d, w):
+                return _matmul_col2im_cached(xp, parallel, x.shape, grad2d, lay, w)
             col2im = _col2im_channel_major if _channel_major(lay, kw, channels) \
                 else _col2im_by_tap
             return _col2im_by_images(
@@ -129,8 +131,10 @@ def _conv_bias_pool_relu(xp, conv, ctx):
         winners = xp.empty(pooled.shape, winner_dtype(pool_lay))
 
         def finish(rows, images):
-            _add_bias_in_place(xp, rows, bias)
             block = rows.reshape((-1,) + conv_shape[1:])
+            if native.max_pool(block, pool_lay, pooled[images], winners[images], bias, relu=True):
+                return
+            _add_bias_in_place(xp, rows, bias)
             max_pool_block(xp, block, pool_lay, -np.inf, pooled[images], winners[images])
             _relu_in_place(xp, pooled[images].reshape(-1, out_channels), zeros)
         biased, patches = conv(x, w, finish)
@@ -164,6 +168,8 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
     rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
     flops = n * rows_per_image * depth * w2d.shape[1]
     parts = parallel.gemm_parts(n, flops, n * rows_per_image)
+    if native.accepts(x, w2d):
+        return _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts)
     if parts == 1:
         patches = _im2col(xp, x, lay)
         with parallel.blas_threads(flops):
@@ -190,6 +196,35 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
         if finish is not None:
             finish(y[rows], slice(start, stop))
     parallel.run(part, parts)
+    return patches, y
+
+
+# Bytes of im2col patches per cache block (about an L2 cache).
+_CACHE_BLOCK_BYTES = 1 << 20
+
+
+def _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts):
+    """:func:`_im2col_matmul` with the compiled im2col, in blocks of images
+    whose patches fit in a core's cache: each block's GEMM reads its patches,
+    and ``finish`` its rows, while they are still cached (the whole-part
+    patches of the NumPy path would be out of cache by then)."""
+    n = x.shape[0]
+    rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
+    patches = xp.empty((n * rows_per_image, depth), x.dtype)
+    y = xp.empty((n * rows_per_image, w2d.shape[1]), xp.result_type(x, w2d))
+    per_block = max(1, _CACHE_BLOCK_BYTES // max(rows_per_image * depth * x.itemsize, 1))
+    ranges = split(n, parts)
+
+    def part(index):
+        for start in range(ranges[index][0], ranges[index][1], per_block):
+            stop = min(start + per_block, ranges[index][1])
+            rows = slice(start * rows_per_image, stop * rows_per_image)
+            if not native.im2col(x[start:stop], lay, patches[rows]):
+                patches[rows] = _im2col(xp, x[start:stop], lay)
+            xp.matmul(patches[rows], w2d, out=y[rows])
+            if finish is not None:
+                finish(y[rows], slice(start, stop))
+    _run_parts(parallel, part, parts, n * rows_per_image * depth * w2d.shape[1])
     return patches, y
 
 
@@ -241,6 +276,40 @@ def _col2im_by_images(xp, parallel, x_shape, grad2d, lay, w, col2im):
                (stop - start,) + tuple(x_shape[1:]), dx[start:stop])
     parallel.run(part, parts)
     return dx
+
+
+def _matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
+    """dx by the compiled col2im, in blocks of images whose patch gradient
+    (grad rows @ w2d.T) fits in a core's cache: one GEMM per block, as wide
+    as the whole filter (the by-tap path's GEMMs are one tap wide each)."""
+    n = x_shape[0]
+    rows_per_image, depth = lay.out_h * lay.out_w, w.shape[0] * w.shape[1] * w.shape[2]
+    w2d_t = xp.ascontiguousarray(w.reshape(depth, -1).T)
+    flops = grad2d.shape[0] * grad2d.shape[1] * depth
+    ranges = split(n, parallel.gemm_parts(n, flops, grad2d.shape[0]))
+    per_block = max(1, _CACHE_BLOCK_BYTES // max(rows_per_image * depth * grad2d.itemsize, 1))
+    dx = xp.empty(x_shape, grad2d.dtype)
+
+    def part(index):
+        first, last = ranges[index]
+        columns = xp.empty((min(per_block, last - first) * rows_per_image, depth), dx.dtype)
+        for start in range(first, last, per_block):
+            stop = min(start + per_block, last)
+            block = columns[:(stop - start) * rows_per_image]
+            xp.matmul(grad2d[start * rows_per_image:stop * rows_per_image], w2d_t, out=block)
+            native.col2im(block, lay, dx[start:stop])
+    _run_parts(parallel, part, len(ranges), flops)
+    return dx
+
+
+def _run_parts(parallel, part, parts, flops):
+    """``part(i)`` for each part on the pool; one part alone may use several
+    BLAS threads for its GEMMs instead."""
+    if parts > 1:
+        parallel.run(part, parts)
+        return
+    with parallel.blas_threads(flops):
+        part(0)
 
 
 def _channel_major(lay, kw, channels):

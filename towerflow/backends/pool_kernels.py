@@ -5,7 +5,7 @@ hold each window's maximum so the gradient routes to the first one cheaply."""
 
 import numpy as np
 
-from . import output_used
+from . import native, output_used
 from .cpu_threads import split
 from .window_geometry import _add_into, _layout_maker
 
@@ -124,6 +124,8 @@ def _max_pool_with_winner(xp, parallel, x, lay, lowest):
 
 def max_pool_block(xp, x, lay, lowest, out, code):
     """MaxPool of a block of images into ``out``, its winners into ``code``."""
+    if native.max_pool(x, lay, out, code):
+        return
     _window_max(xp, x, lay, lowest, out)
     if code.dtype == np.int32:
         code[...] = _first_max_index(xp, x, out, lay)
@@ -142,7 +144,8 @@ def _max_pool_only(xp, parallel, x, lay, lowest):
     out = xp.empty((n, lay.out_h, lay.out_w, c), x.dtype)
 
     def work(start, stop):
-        _window_max(xp, x[start:stop], lay, lowest, out[start:stop])
+        if not native.max_pool(x[start:stop], lay, out[start:stop]):
+            _window_max(xp, x[start:stop], lay, lowest, out[start:stop])
     _by_images(xp, parallel, n, x.size, work)
     return out
 
@@ -205,10 +208,18 @@ def _max_pool_grad(xp, parallel, x, code, grad, lay, relu_output=None):
     the image blocks multiply, each checking its gradient is finite, and if one
     is not, all are done again by selecting. Given ``relu_output`` (the pooled
     maxima), each block's gradient is first masked by ``relu_output > 0`` as
-    ReluGrad masks it (multiplying, as TensorFlow's ReluGrad does)."""
+    ReluGrad masks it (multiplying, as TensorFlow's ReluGrad does). Tiling
+    windows go to the compiled kernel where it is built (native.py)."""
+    dx = xp.empty(x.shape, grad.dtype)
+    if native.max_pool_grad_applies(code, grad, lay, dx, relu_output):
+        _by_images(xp, parallel, x.shape[0], x.size, lambda start, stop: native.max_pool_grad(
+            code[start:stop], grad[start:stop], lay, dx[start:stop],
+            None if relu_output is None else relu_output[start:stop]))
+        return dx
     exact_cover = lay.tiles and (lay.out_h * lay.window[0], lay.out_w * lay.window[1]) == \
         tuple(x.shape[1:3])
-    dx = xp.empty(x.shape, grad.dtype) if exact_cover else xp.zeros(x.shape, grad.dtype)
+    if not exact_cover:
+        dx.fill(0)
     infinite = []
 
     def work(start, stop, finite=True):

@@ -1,0 +1,225 @@
+"""The compiled window kernels (towerflow/backends/_native.c) against the
+NumPy kernels they stand in for: the same values (bit for bit for pooling and
+im2col, to rounding for col2im, which adds in another order), on ties, NaN
+and infinities, for every geometry they take; and NumPy for everything else.
+"""
+
+import shutil
+import sysconfig
+import types
+
+import numpy as np
+import pytest
+
+from towerflow.backends import native, nn_kernels, pool_kernels
+from towerflow.backends.cpu_threads import SERIAL
+from towerflow.backends.window_geometry import _layout
+
+needs_native = pytest.mark.skipif(
+    native._compiled is None, reason="towerflow.backends._native is not built (no C compiler "
+    "when towerflow was installed): the NumPy kernels run instead")
+
+# (n, h, w, c, (kh, kw)) for pools whose windows tile the input (VALID, ksize ==
+# strides; up to 8 taps): cropped edges, more channels than one block of 64
+TILED_POOLS = [(2, 8, 8, 3, (2, 2)), (3, 9, 7, 5, (2, 2)), (2, 9, 9, 70, (2, 2)),
+               (1, 5, 6, 2, (1, 1)), (2, 4, 9, 1, (2, 4)), (2, 6, 7, 3, (1, 3))]
+# (n, h, w, c, kernel, stride, padding) for im2col / col2im
+CONV_GEOMETRIES = [(2, 8, 8, 3, 3, 1, "SAME"), (3, 7, 6, 4, 3, 2, "SAME"),
+                   (2, 9, 9, 2, 4, 3, "VALID"), (1, 7, 7, 5, 5, 2, "SAME"),
+                   (2, 5, 5, 3, 1, 1, "VALID"), (1, 3, 4, 2, 5, 1, "SAME")]
+FLOATS = [np.float32, np.float64]
+
+
+@pytest.fixture
+def numpy_only(monkeypatch):
+    """Runs the NumPy kernels, as where _native is not built."""
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+
+
+def tied_images(rng, shape, dtype):
+    """Values on a coarse grid, so windows often hold their max twice, with
+    NaN, +inf and -inf sprinkled in."""
+    x = rng.integers(-3, 4, shape).astype(dtype)
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=max(3, flat.size // 40), replace=False)
+    flat[picks[0::3]], flat[picks[1::3]], flat[picks[2::3]] = np.nan, np.inf, -np.inf
+    return x
+
+
+def test_compiled_kernels_are_built_where_a_compiler_is():
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler!r}) on this machine")
+    assert native._compiled is not None, "pip found a compiler but _native was not built"
+    assert native.available()
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    assert not native.available()
+    x = np.ones((1, 4, 4, 1), np.float32)
+    lay = _layout(4, 4, 2, 2, 2, 2, "VALID")
+    assert not native.max_pool(x, lay, np.empty((1, 2, 2, 1), np.float32))
+
+
+# -- max pooling -------------------------------------------------------------------------
+
+
+def numpy_max_pool(x, lay, bias, relu):
+    """The NumPy kernels' conv + bias → max pool (winners) → ReLU."""
+    x = x + bias if bias is not None else x.copy()
+    out = np.empty((x.shape[0], lay.out_h, lay.out_w, x.shape[3]), x.dtype)
+    code = np.empty(out.shape, pool_kernels.winner_dtype(lay))
+    pool_kernels._window_max(np, x, lay, -np.inf, out)
+    pool_kernels._winner_bits(np, x, lay, out, code)
+    return x, np.maximum(out, 0) if relu else out, code
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("geometry", TILED_POOLS)
+@pytest.mark.parametrize("bias_relu", [False, True])
+def test_max_pool_matches_numpy_bit_for_bit(geometry, dtype, bias_relu):
+    n, h, w, c, k = geometry
+    rng = np.random.default_rng(k[1] * 100 + c)
+    x = tied_images(rng, (n, h, w, c), dtype)
+    bias = rng.integers(-1, 2, c).astype(dtype) if bias_relu else None
+    lay = _layout(h, w, *k, *k, "VALID")
+    want_x, want_out, want_code = numpy_max_pool(x, lay, bias, bias_relu)
+    out, code = np.full(want_out.shape, 7, dtype), np.full(want_out.shape, 99, np.uint8)
+    assert native.max_pool(x, lay, out, code, bias, relu=bias_relu)
+    np.testing.assert_array_equal(x, want_x)       # the bias is added everywhere, cropped cells too
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(code, want_code)
+    assert native.max_pool(x, lay, out)            # without winners
+    np.testing.assert_array_equal(out, numpy_max_pool(x, lay, None, False)[1])
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("geometry", TILED_POOLS)
+@pytest.mark.parametrize("masked", [False, True])
+def test_max_pool_grad_matches_numpy(geometry, dtype, masked, monkeypatch):
+    n, h, w, c, k = geometry
+    rng = np.random.default_rng(k[1] * 10 + c)
+    lay = _layout(h, w, *k, *k, "VALID")
+    x = tied_images(rng, (n, h, w, c), dtype)
+    _, pooled, code = numpy_max_pool(x, lay, None, masked)
+    grad = rng.standard_normal(pooled.shape).astype(dtype)
+    grad.reshape(-1)[::17] = np.inf
+    relu_output = pooled if masked else None
+    got = pool_kernels._max_pool_grad(np, SERIAL, x, code, grad, lay, relu_output)
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    with np.errstate(invalid="ignore"):            # inf * 0 in the ReLU mask
+        want = pool_kernels._max_pool_grad(np, SERIAL, x, code, grad, lay, relu_output)
+    np.testing.assert_array_equal(got, want)       # NaN where inf meets a ReLU mask, as NumPy
+
+
+@needs_native
+def test_pools_that_do_not_tile_are_left_to_numpy():
+    x = np.zeros((1, 6, 6, 2), np.float32)
+    overlapping = _layout(6, 6, 3, 3, 2, 2, "VALID")
+    padded = _layout(5, 5, 2, 2, 2, 2, "SAME")
+    assert not native.max_pool(x, overlapping, np.empty((1, 2, 2, 2), np.float32))
+    assert not native.max_pool(x[:, :5, :5], padded, np.empty((1, 3, 3, 2), np.float32))
+    wide = _layout(6, 6, 3, 3, 3, 3, "VALID")      # 9 taps: more than uint8 winner bits
+    assert not native.max_pool(x, wide, np.empty((1, 2, 2, 2), np.float32))
+    ints = np.zeros((1, 4, 4, 1), np.int32)
+    assert not native.max_pool(ints, _layout(4, 4, 2, 2, 2, 2, "VALID"),
+                               np.empty((1, 2, 2, 1), np.int32))
+
+
+# -- im2col and col2im -------------------------------------------------------------------
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("geometry", CONV_GEOMETRIES)
+def test_im2col_matches_numpy_bit_for_bit(geometry, dtype):
+    n, h, w, c, k, s, padding = geometry
+    x = np.random.default_rng(h * w + c).standard_normal((n, h, w, c)).astype(dtype)
+    lay = _layout(h, w, k, k, s, s, padding)
+    patches = np.full((n * lay.out_h * lay.out_w, k * k * c), np.nan, dtype)
+    assert native.im2col(x, lay, patches)
+    np.testing.assert_array_equal(patches, nn_kernels._im2col(np, x, lay))
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("geometry", CONV_GEOMETRIES)
+def test_col2im_is_the_adjoint_of_im2col(geometry, dtype):
+    """<im2col(x), P> == <x, col2im(P)> for any x and P, and col2im matches the
+    NumPy path (a sum of the taps' GEMMs) on a real filter gradient."""
+    n, h, w, c, k, s, padding = geometry
+    rng = np.random.default_rng(h * w * c)
+    x = rng.standard_normal((n, h, w, c))
+    lay = _layout(h, w, k, k, s, s, padding)
+    patches = rng.standard_normal((n * lay.out_h * lay.out_w, k * k * c)).astype(dtype)
+    dx = np.full((n, h, w, c), np.nan, dtype)
+    assert native.col2im(patches, lay, dx)
+    lhs = np.sum(nn_kernels._im2col(np, x, lay) * patches.astype(np.float64))
+    np.testing.assert_allclose(np.sum(x * dx), lhs, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+    filters = rng.standard_normal((k, k, c, 3)).astype(dtype)
+    grad2d = rng.standard_normal((patches.shape[0], 3)).astype(dtype)
+    assert native.col2im(np.ascontiguousarray(grad2d @ filters.reshape(-1, 3).T), lay, dx)
+    want = nn_kernels._col2im_by_tap(np, grad2d, filters, x.shape, lay)
+    np.testing.assert_allclose(dx, want, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@needs_native
+def test_bad_buffers_are_refused_by_name():
+    lay = _layout(4, 4, 3, 3, 1, 1, "SAME")
+    x = np.zeros((1, 4, 4, 2), np.float32)
+    with pytest.raises(ValueError, match="patches: expected 288 items"):
+        native._compiled.im2col(native._conv_geometry(x, lay), x,
+                                np.empty((16, 17), np.float32))
+    with pytest.raises(ValueError, match="patches: expected .* kind 'f'"):
+        native._compiled.im2col(native._conv_geometry(x, lay), x,
+                                np.empty((16, 18), np.float64))
+    with pytest.raises(ValueError, match="windows must tile the input"):
+        native._compiled.max_pool((1, 4, 4, 2, 3, 3, 2, 2), x, None,
+                                  np.empty((1, 2, 2, 2), np.float32), None, False)
+    assert not native.im2col(x[:, :, ::2], _layout(4, 2, 3, 3, 1, 1, "SAME"),
+                             np.empty((8, 18), np.float32))      # not contiguous
+
+
+# -- whole kernels, compiled and NumPy ---------------------------------------------------
+
+
+def make_ctx(attrs):
+    return types.SimpleNamespace(attrs=attrs, op=None, outputs_used=None,
+                                 resource=lambda key, make: make())
+
+
+def conv_pool_step(seed):
+    """Conv2D + bias + ReLU + MaxPool forward (fused kernel) and both conv
+    gradients, as one training step runs them, on 4 threads' worth of images."""
+    rng = np.random.default_rng(seed)
+    table = nn_kernels.build_nn_kernels(np)
+    x = rng.standard_normal((5, 12, 12, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+    bias = rng.standard_normal(8).astype(np.float32)
+    attrs = {"strides": (1, 1), "padding": "SAME", "activation": "Relu",
+             "pool": {"ksize": (2, 2), "strides": (2, 2), "padding": "VALID"}}
+    patches, biased, pooled, winners = table["_FusedConv2D"](make_ctx(attrs))(x, w, bias)
+    grad = rng.standard_normal(pooled.shape).astype(np.float32)
+    pool_grad = table["_MaxPoolGradRelu"](make_ctx(attrs["pool"]))
+    dbiased = pool_grad(biased, winners, grad, pooled)[0]
+    conv_ctx = make_ctx({**attrs, "filter_shape": w.shape})
+    dx = table["Conv2DBackpropInput"](conv_ctx)(x, w, dbiased)
+    dw = table["Conv2DBackpropFilter"](conv_ctx)(patches, dbiased)
+    return biased, pooled, winners, dbiased, dx, dw
+
+
+@needs_native
+def test_a_conv_pool_step_matches_the_numpy_kernels(monkeypatch):
+    compiled = conv_pool_step(3)
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    numpy = conv_pool_step(3)
+    for name, got, want in zip(["conv + bias", "pooled", "winners", "pool grad"],
+                               compiled[:4], numpy[:4]):
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    for name, got, want in zip(["dx", "dw"], compiled[4:], numpy[4:]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)

@@ -1,0 +1,103 @@
+"""The optional compiled window kernels (``_native.c``) behind the NumPy
+backend's max pooling, and when they apply.
+
+pip builds ``_native`` with the package wherever a C compiler is found; where
+it is missing, or ``TOWERFLOW_NATIVE=0`` is set, every kernel runs in NumPy.
+Both give the same values: the compiled loops do in one pass over each window
+what the NumPy kernels do in a dozen whole-array passes (see pool_kernels.py).
+They take windows that tile the input (ksize == strides, no padding) with at
+most 8 taps, float32 or float64, C-contiguous NumPy arrays; each function
+here returns False, having done nothing, for anything else.
+"""
+
+import os
+
+import numpy as np
+
+try:
+    from . import _native as _compiled
+except ImportError:           # no compiler at install time: NumPy kernels only
+    _compiled = None
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def available():
+    """Whether the compiled kernels are built and switched on (TOWERFLOW_NATIVE)."""
+    return _compiled is not None and os.environ.get("TOWERFLOW_NATIVE", "1") != "0"
+
+
+def max_pool(x, lay, out, code=None, bias=None, relu=False):
+    """MaxPool of the images ``x`` into ``out`` (winner bits into ``code``, as
+    pool_kernels records them), after adding ``bias`` to ``x`` in place, and
+    with a ReLU on ``out``; False if the compiled kernel does not apply."""
+    if not (accepts(x, out, code, bias) and _tiled(x, lay) and _same_floats(x, out, bias)
+            and (code is None or code.dtype == np.uint8)):
+        return False
+    _compiled.max_pool(_geometry(x, lay), x, bias, out, code, relu)
+    return True
+
+
+def max_pool_grad(code, grad, lay, dx, relu_output=None):
+    """MaxPoolGrad of the images into ``dx`` (every cell written), each window's
+    ``grad`` masked by ``relu_output > 0`` when given; False if the compiled
+    kernel does not apply (see :func:`max_pool_grad_applies`)."""
+    if not max_pool_grad_applies(code, grad, lay, dx, relu_output):
+        return False
+    _compiled.max_pool_grad(_geometry(dx, lay), code, grad, relu_output, dx)
+    return True
+
+
+def max_pool_grad_applies(code, grad, lay, dx, relu_output=None):
+    """Whether :func:`max_pool_grad` runs compiled on these arrays (and so on
+    any block of their images)."""
+    return accepts(code, grad, relu_output, dx) and _tiled(dx, lay) \
+        and _same_floats(dx, grad, relu_output) and code.dtype == np.uint8
+
+
+def im2col(x, lay, patches):
+    """The [N*OH*OW, KH*KW*C] patch matrix of the images ``x`` (rows ordered
+    as the C-ordered im2col of nn_kernels) into ``patches``; False if the
+    compiled kernel does not apply."""
+    if not (accepts(x, patches) and x.ndim == 4 and _same_floats(x, patches)):
+        return False
+    _compiled.im2col(_conv_geometry(x, lay), x, patches)
+    return True
+
+
+def col2im(patches, lay, dx):
+    """dx = the adjoint of :func:`im2col`: each patch value added to the cell
+    of ``dx`` it was read from (every cell written); False if the compiled
+    kernel does not apply."""
+    if not (accepts(dx, patches) and dx.ndim == 4 and _same_floats(dx, patches)):
+        return False
+    _compiled.col2im(_conv_geometry(dx, lay), dx, patches)
+    return True
+
+
+def accepts(*arrays):
+    """Whether the compiled kernels are on and every array (but None) is a
+    C-contiguous NumPy array (not CuPy's, say)."""
+    return available() and all(
+        array is None or (isinstance(array, np.ndarray) and array.flags.c_contiguous)
+        for array in arrays)
+
+
+def _conv_geometry(x, lay):
+    top, _, left, _ = lay.pads
+    return tuple(x.shape) + tuple(lay.window) + tuple(lay.strides) + \
+        (top, left, lay.out_h, lay.out_w)
+
+
+def _tiled(x, lay):
+    return lay.tiles and len(lay.taps) <= 8 and x.ndim == 4
+
+
+def _same_floats(first, *others):
+    return first.dtype in _FLOATS and all(
+        other is None or other.dtype == first.dtype for other in others)
+
+
+def _geometry(x, lay):
+    n, h, w, c = x.shape
+    return (n, h, w, c) + tuple(lay.window) + (lay.out_h, lay.out_w)
