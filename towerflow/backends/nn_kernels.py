@@ -50,7 +50,7 @@ def _conv_kernels(xp, parallel):
         # time into small buffers instead of keeping the whole matrix.
         keep = output_used(ctx, patches_output)
 
-        def conv(x, w, finish=None):
+        def conv(x, w, finish=None, keep_product=True):
             kh, kw, channels, out_channels = w.shape
             lay = layout_of(x.shape, (kh, kw))
             w2d = w.reshape(kh * kw * channels, out_channels)
@@ -60,9 +60,13 @@ def _conv_kernels(xp, parallel):
                 if finish is not None:
                     finish(y, slice(0, x.shape[0]))
             else:
-                patches, y = _im2col_matmul(xp, parallel, x, w2d, lay, finish) if keep \
+                patches, y = _im2col_matmul(xp, parallel, x, w2d, lay, finish, keep_product) \
+                    if keep \
                     else _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish)
-            return y.reshape(x.shape[0], lay.out_h, lay.out_w, out_channels), patches
+            y_shape = (x.shape[0], lay.out_h, lay.out_w, out_channels)
+            if y is None:           # not kept: a stand-in with its shape and dtype only
+                y = xp.broadcast_to(xp.zeros((), xp.result_type(x, w)), y_shape)
+            return y.reshape(y_shape), patches
         return conv
 
     def fused_conv2d(ctx):
@@ -137,7 +141,11 @@ def _conv_bias_pool_relu(xp, conv, ctx):
             _add_bias_in_place(xp, rows, bias)
             max_pool_block(xp, block, pool_lay, -np.inf, pooled[images], winners[images])
             _relu_in_place(xp, pooled[images].reshape(-1, out_channels), zeros)
-        biased, patches = conv(x, w, finish)
+        # NOTE: the conv + bias output stands in for the shape of the ReLU's
+        # output (see towerflow.fusion): nothing reads its values, so where the
+        # compiled kernels run it is never written out (saving a pass over
+        # the largest activation of the layer), only pooled from cache.
+        biased, patches = conv(x, w, finish, keep_product=False)
         return patches, biased, pooled, winners
     return fused
 
@@ -159,17 +167,18 @@ def _relu_in_place(xp, rows2d, zeros_cache):
     xp.maximum(flat, zeros[:flat.shape[0]], out=flat)
 
 
-def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
+def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None, keep_product=True):
     """(patches, patches @ w2d), image block by image block across the threads,
     each block's GEMM right after its patches (while they are still cached),
     then ``finish(rows, images)`` (if given) on the rows of the product of
-    the block's ``images`` (a slice of the batch)."""
+    the block's ``images`` (a slice of the batch). ``keep_product=False``
+    allows (on the compiled path) not keeping the product: it is then None."""
     n, _, _, channels = x.shape
     rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
     flops = n * rows_per_image * depth * w2d.shape[1]
     parts = parallel.gemm_parts(n, flops, n * rows_per_image)
     if native.accepts(x, w2d):
-        return _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts)
+        return _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product)
     if parts == 1:
         patches = _im2col(xp, x, lay)
         with parallel.blas_threads(flops):
@@ -203,28 +212,36 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None):
 _CACHE_BLOCK_BYTES = 1 << 20
 
 
-def _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts):
+def _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=True):
     """:func:`_im2col_matmul` with the compiled im2col, in blocks of images
     whose patches fit in a core's cache: each block's GEMM reads its patches,
     and ``finish`` its rows, while they are still cached (the whole-part
-    patches of the NumPy path would be out of cache by then)."""
+    patches of the NumPy path would be out of cache by then). Without
+    ``keep_product`` each thread's blocks share one cached buffer for their
+    product (``finish`` takes what it needs from it) and the product comes
+    back as None."""
     n = x.shape[0]
-    rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
+    rows_per_image, depth, width = lay.out_h * lay.out_w, w2d.shape[0], w2d.shape[1]
     patches = xp.empty((n * rows_per_image, depth), x.dtype)
-    y = xp.empty((n * rows_per_image, w2d.shape[1]), xp.result_type(x, w2d))
+    y = xp.empty((n * rows_per_image, width), xp.result_type(x, w2d)) if keep_product \
+        else None
     per_block = max(1, _CACHE_BLOCK_BYTES // max(rows_per_image * depth * x.itemsize, 1))
     ranges = split(n, parts)
 
     def part(index):
-        for start in range(ranges[index][0], ranges[index][1], per_block):
-            stop = min(start + per_block, ranges[index][1])
+        first, last = ranges[index]
+        scratch = None if keep_product else xp.empty(
+            (min(per_block, last - first) * rows_per_image, width), xp.result_type(x, w2d))
+        for start in range(first, last, per_block):
+            stop = min(start + per_block, last)
             rows = slice(start * rows_per_image, stop * rows_per_image)
             if not native.im2col(x[start:stop], lay, patches[rows]):
                 patches[rows] = _im2col(xp, x[start:stop], lay)
-            xp.matmul(patches[rows], w2d, out=y[rows])
+            product = y[rows] if keep_product else scratch[:(stop - start) * rows_per_image]
+            xp.matmul(patches[rows], w2d, out=product)
             if finish is not None:
-                finish(y[rows], slice(start, stop))
-    _run_parts(parallel, part, parts, n * rows_per_image * depth * w2d.shape[1])
+                finish(product, slice(start, stop))
+    _run_parts(parallel, part, parts, n * rows_per_image * depth * width)
     return patches, y
 
 
