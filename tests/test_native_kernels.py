@@ -226,3 +226,25 @@ def test_a_conv_pool_step_matches_the_numpy_kernels(monkeypatch):
         np.testing.assert_array_equal(got, want, err_msg=name)
     for name, got, want in zip(["dx", "dw"], compiled[4:], numpy[4:]):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@needs_native
+def test_float16_convolutions_take_the_numpy_path(monkeypatch):
+    """Mixed precision runs convolutions in float16, which the compiled loops
+    do not take: the results are the NumPy kernels' own."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 9, 9, 3)).astype(np.float16)
+    w = rng.standard_normal((3, 3, 3, 5)).astype(np.float16)
+    attrs = {"strides": (1, 1), "padding": "SAME"}
+
+    def run():
+        table = nn_kernels.build_nn_kernels(np)
+        y, patches = table["Conv2D"](make_ctx(attrs))(x, w)
+        grad = np.ones(y.shape, np.float16)
+        dx = table["Conv2DBackpropInput"](make_ctx(attrs))(x, w, grad)
+        dw = table["Conv2DBackpropFilter"](make_ctx({"filter_shape": w.shape}))(patches, grad)
+        return y, dx, dw
+    compiled = run()
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    for got, want in zip(compiled, run()):
+        np.testing.assert_array_equal(got, want)

@@ -83,6 +83,12 @@ def accepts(*arrays):
         for array in arrays)
 
 
+def float_arrays(*arrays):
+    """Whether :func:`im2col` and :func:`col2im` take these arrays: accepted
+    (see :func:`accepts`) and all float32, or all float64."""
+    return accepts(*arrays) and _same_floats(*arrays)
+
+
 def _conv_geometry(x, lay):
     top, _, left, _ = lay.pads
     return tuple(x.shape) + tuple(lay.window) + tuple(lay.strides) + \

@@ -105,7 +105,7 @@ def _conv_kernels(xp, parallel):
             if (kh, kw) + lay.strides == (1, 1, 1, 1):
                 return matmul_by_rows(xp, parallel, grad2d,
                                        w.reshape(channels, out_channels).T).reshape(x.shape)
-            if native.accepts(grad2d, w):
+            if native.float_arrays(grad2d, w):
                 return _matmul_col2im_cached(xp, parallel, x.shape, grad2d, lay, w)
             col2im = _col2im_channel_major if _channel_major(lay, kw, channels) \
                 else _col2im_by_tap
@@ -177,7 +177,7 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None, keep_product=True):
     rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
     flops = n * rows_per_image * depth * w2d.shape[1]
     parts = parallel.gemm_parts(n, flops, n * rows_per_image)
-    if native.accepts(x, w2d):
+    if native.float_arrays(x, w2d):
         return _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product)
     if parts == 1:
         patches = _im2col(xp, x, lay)
@@ -314,7 +314,8 @@ def _matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
             stop = min(start + per_block, last)
             block = columns[:(stop - start) * rows_per_image]
             xp.matmul(grad2d[start * rows_per_image:stop * rows_per_image], w2d_t, out=block)
-            native.col2im(block, lay, dx[start:stop])
+            if not native.col2im(block, lay, dx[start:stop]):     # float_arrays said yes
+                raise RuntimeError(f"compiled col2im refused {dx.dtype} blocks")
     _run_parts(parallel, part, len(ranges), flops)
     return dx
 
