@@ -2,12 +2,14 @@
  *
  * NumPy runs max pooling as a dozen whole-array passes (a maximum per tap,
  * an equality and an add per tap for the winner bits, the ReLU), each one
- * streaming the block through memory again. These loops make one pass over
- * each window instead, with the GIL released so that the CPU pool's threads
- * run them side by side. They compute exactly what the NumPy kernels in
- * pool_kernels.py compute, bit for bit, including NaN propagation, and only
- * for windows that tile the input (ksize == strides, no padding) with at most
- * 8 taps (uint8 winner bits); native.py sends everything else to NumPy.
+ * streaming the block through memory again, and im2col / col2im as strided
+ * copies and adds tap by tap. These loops make one pass over each window
+ * instead, with the GIL released so that the CPU pool's threads run them side
+ * by side. Pooling computes exactly what pool_kernels.py computes, bit for
+ * bit, including NaN propagation, for windows that tile the input (ksize ==
+ * strides, no padding) with at most 8 taps (uint8 winner bits); im2col and
+ * col2im take any window, stride and padding. native.py sends everything
+ * else to NumPy.
  *
  * Arrays arrive as C-contiguous buffers (the buffer protocol: no NumPy
  * headers are needed to build this); native.py checks shapes and dtypes,

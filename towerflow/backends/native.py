@@ -1,13 +1,14 @@
 """The optional compiled window kernels (``_native.c``) behind the NumPy
-backend's max pooling, and when they apply.
+backend's max pooling and convolutions, and when they apply.
 
 pip builds ``_native`` with the package wherever a C compiler is found; where
 it is missing, or ``TOWERFLOW_NATIVE=0`` is set, every kernel runs in NumPy.
-Both give the same values: the compiled loops do in one pass over each window
-what the NumPy kernels do in a dozen whole-array passes (see pool_kernels.py).
-They take windows that tile the input (ksize == strides, no padding) with at
-most 8 taps, float32 or float64, C-contiguous NumPy arrays; each function
-here returns False, having done nothing, for anything else.
+Both give the same values (col2im to rounding: it adds in another order):
+the compiled loops do in one pass over each window what the NumPy kernels do
+in a dozen whole-array passes (see pool_kernels.py and nn_kernels.py). All
+take C-contiguous float32 or float64 NumPy arrays; pooling only windows that
+tile the input (ksize == strides, no padding) with at most 8 taps. Each
+function here returns False, having done nothing, for anything else.
 """
 
 import os

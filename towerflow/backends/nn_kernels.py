@@ -225,18 +225,16 @@ def _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product
     patches = xp.empty((n * rows_per_image, depth), x.dtype)
     y = xp.empty((n * rows_per_image, width), xp.result_type(x, w2d)) if keep_product \
         else None
-    per_block = max(1, _CACHE_BLOCK_BYTES // max(rows_per_image * depth * x.itemsize, 1))
+    per_block = _images_per_cache_block(rows_per_image * depth * x.itemsize)
     ranges = split(n, parts)
 
     def part(index):
         first, last = ranges[index]
         scratch = None if keep_product else xp.empty(
             (min(per_block, last - first) * rows_per_image, width), xp.result_type(x, w2d))
-        for start in range(first, last, per_block):
-            stop = min(start + per_block, last)
+        for start, stop in _cache_blocks(first, last, per_block):
             rows = slice(start * rows_per_image, stop * rows_per_image)
-            if not native.im2col(x[start:stop], lay, patches[rows]):
-                patches[rows] = _im2col(xp, x[start:stop], lay)
+            _compiled(native.im2col(x[start:stop], lay, patches[rows]), "im2col", x.dtype)
             product = y[rows] if keep_product else scratch[:(stop - start) * rows_per_image]
             xp.matmul(patches[rows], w2d, out=product)
             if finish is not None:
@@ -304,20 +302,35 @@ def _matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
     w2d_t = xp.ascontiguousarray(w.reshape(depth, -1).T)
     flops = grad2d.shape[0] * grad2d.shape[1] * depth
     ranges = split(n, parallel.gemm_parts(n, flops, grad2d.shape[0]))
-    per_block = max(1, _CACHE_BLOCK_BYTES // max(rows_per_image * depth * grad2d.itemsize, 1))
+    per_block = _images_per_cache_block(rows_per_image * depth * grad2d.itemsize)
     dx = xp.empty(x_shape, grad2d.dtype)
 
     def part(index):
         first, last = ranges[index]
         columns = xp.empty((min(per_block, last - first) * rows_per_image, depth), dx.dtype)
-        for start in range(first, last, per_block):
-            stop = min(start + per_block, last)
+        for start, stop in _cache_blocks(first, last, per_block):
             block = columns[:(stop - start) * rows_per_image]
             xp.matmul(grad2d[start * rows_per_image:stop * rows_per_image], w2d_t, out=block)
-            if not native.col2im(block, lay, dx[start:stop]):     # float_arrays said yes
-                raise RuntimeError(f"compiled col2im refused {dx.dtype} blocks")
+            _compiled(native.col2im(block, lay, dx[start:stop]), "col2im", dx.dtype)
     _run_parts(parallel, part, len(ranges), flops)
     return dx
+
+
+def _images_per_cache_block(bytes_per_image):
+    """Images whose patches (or patch gradient) fill about _CACHE_BLOCK_BYTES."""
+    return max(1, _CACHE_BLOCK_BYTES // max(bytes_per_image, 1))
+
+
+def _cache_blocks(first, last, per_block):
+    """(start, stop) of the blocks of ``per_block`` images in [first, last)."""
+    return ((start, min(start + per_block, last)) for start in range(first, last, per_block))
+
+
+def _compiled(done, kernel, dtype):
+    """Check that a compiled kernel ran: callers chose the compiled path by
+    native.float_arrays, so a refusal would leave its output unwritten."""
+    if not done:
+        raise RuntimeError(f"the compiled {kernel} refused {dtype} blocks")
 
 
 def _run_parts(parallel, part, parts, flops):
