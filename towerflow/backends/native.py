@@ -3,7 +3,8 @@ backend's max pooling and convolutions, and when they apply.
 
 pip builds ``_native`` with the package wherever a C compiler is found; where
 it is missing, or ``TOWERFLOW_NATIVE=0`` is set, every kernel runs in NumPy.
-Both give the same values (col2im to rounding: it adds in another order):
+Both give the same values (col2im to rounding: it adds in another order;
+Winograd convolutions, see winograd.py, to a few 1e-6 in float32):
 the compiled loops do in one pass over each window what the NumPy kernels do
 in a dozen whole-array passes (see pool_kernels.py and nn_kernels.py). All
 take C-contiguous float32 or float64 NumPy arrays; pooling only windows that
@@ -73,6 +74,38 @@ def col2im(patches, lay, dx):
     if not (accepts(dx, patches) and dx.ndim == 4 and _same_floats(dx, patches)):
         return False
     _compiled.col2im(_conv_geometry(dx, lay), dx, patches)
+    return True
+
+
+def winograd_input(x, top, left, out_h, out_w, u, first_tile=0):
+    """u[36, tiles, C] (from tile ``first_tile`` on) = B^T d B of the 6x6
+    window d of each 4x4 tile of ``out_h`` x ``out_w`` outputs of the images
+    ``x`` (Winograd F(4x4, 3x3), see winograd.py; output (r, q) reads from
+    row r - top, column q - left; zeros outside ``x``); False if the compiled
+    kernel does not apply."""
+    if not (accepts(x, u) and x.ndim == 4 and u.ndim == 3 and _same_floats(x, u)):
+        return False
+    _compiled.winograd_input(tuple(x.shape) + (top, left, out_h, out_w, first_tile,
+                                               u.shape[1]), x, u)
+    return True
+
+
+def winograd_grad_tiles(grad, v):
+    """v[36, tiles, O] = A e A^T of each 4x4 tile e of the images' output
+    gradient ``grad`` [N, OH, OW, O] (zeros past its edge), for the filter
+    gradient (see winograd.py); False if the compiled kernel does not apply."""
+    if not (accepts(grad, v) and grad.ndim == 4 and _same_floats(grad, v)):
+        return False
+    _compiled.winograd_grad_tiles(tuple(grad.shape), v, grad)
+    return True
+
+
+def winograd_output(m, shape, y):
+    """y (``shape`` [N, OH, OW, O]) = A^T m A of each tile of m[36, tiles, O],
+    cropped to the output; False if the compiled kernel does not apply."""
+    if not (accepts(m, y) and _same_floats(m, y)):
+        return False
+    _compiled.winograd_output(tuple(shape), m, y)
     return True
 
 
