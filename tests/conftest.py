@@ -10,7 +10,7 @@ import pytest
 
 import towerflow as tf
 from towerflow import backends
-from towerflow.backends import numpy_backend
+from towerflow.backends import cpu_threads, numpy_backend
 from towerflow.device import physical, runtime
 from towerflow.device.physical import GpuInfo
 from towerflow.graph import registry
@@ -75,6 +75,18 @@ def fake_gpus():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    """A two-thread CPU pool (cpu_threads) that splits even a test's tiny arrays."""
+    for name in ("MIN_PARALLEL_ELEMENTS", "MIN_PARALLEL_FLOPS", "MIN_SPLIT_ROWS",
+                 "MIN_PART_FLOPS"):
+        monkeypatch.setattr(cpu_threads, name, 1)
+    blas_threads = cpu_threads.get_blas_threads()
+    yield cpu_threads.WorkerPool(2)
+    if blas_threads:
+        cpu_threads.set_blas_threads(blas_threads)
 
 
 @pytest.fixture(scope="session")

@@ -14,18 +14,6 @@ from towerflow.backends.kernels import build_kernels
 SERIAL_TABLE = build_kernels(np)
 
 
-@pytest.fixture
-def pool(monkeypatch):
-    """A two-thread pool that splits even the tiny arrays of a test."""
-    for name in ("MIN_PARALLEL_ELEMENTS", "MIN_PARALLEL_FLOPS", "MIN_SPLIT_ROWS",
-                 "MIN_PART_FLOPS"):
-        monkeypatch.setattr(cpu_threads, name, 1)
-    blas_threads = cpu_threads.get_blas_threads()
-    yield cpu_threads.WorkerPool(2)
-    if blas_threads:
-        cpu_threads.set_blas_threads(blas_threads)
-
-
 def kernel(table, name, attrs=None, dtypes=(np.float32, np.uint8)):
     ctx = types.SimpleNamespace(attrs=attrs or {}, op=None, resource=lambda key, make: make(),
                                 output_dtypes=[np.dtype(d) for d in dtypes])

@@ -21,7 +21,7 @@ TOWERFLOW_FUSION=0 turns fusion off (to compare, or to rule it out).
 Fused chains (kernel name: ops, first to last):
 
 - ``_FusedConv2D``: Conv2D → BiasAdd (→ Relu). Inputs (x, filter, bias);
-  outputs (the Conv2D's im2col patches, the last op's output).
+  outputs (the Conv2D's patches output, the last op's output).
   With a MaxPool after the Relu whose winners only masked gradients read
   (below), the pool joins the chain and runs before the ReLU, on each block
   while it is in cache; outputs (patches, conv + bias, pooled, winners).

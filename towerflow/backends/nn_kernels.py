@@ -8,13 +8,16 @@ compiles and returns the function that runs on every step::
 
     table = build_nn_kernels(np)
     conv = table["Conv2D"](ctx)        # ctx.attrs = {"strides": (1, 1), "padding": "SAME"}
-    y, patches = conv(x, w)            # patches: the im2col matrix the filter gradient reuses
+    y, patches = conv(x, w)            # patches: what the filter gradient reuses
 
 Window ops loop over the KH*KW kernel taps, never over pixels. Pooling and
 col2im read or write each tap as one strided slice of the input clipped to
 its real (non-padding) cells; im2col copies one as_strided window view.
 Given a CPU pool (``build_nn_kernels(np, pool)``, see :mod:`.cpu_threads`),
 convolutions and pooling work on blocks of the batch's images in parallel.
+Where the compiled kernels run (native.py), stride-1 3x3 convolutions of
+enough channels are Winograd's (winograd.py), and ``patches`` are then its
+transformed input tiles.
 """
 
 import contextlib
@@ -231,10 +234,11 @@ def _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product
     whose patches fit in a core's cache: each block's GEMM reads its patches,
     and ``finish`` its rows, while they are still cached (the whole-part
     patches of the NumPy path would be out of cache by then). A stride-1 3x3
-    convolution computes its product by Winograd instead (see winograd.py;
-    the patches are then made for the filter gradient only). Whatever is not
-    kept (``keep_product``, ``keep_patches``) goes to one cached buffer per
-    thread, reused block after block, and comes back as None."""
+    convolution of enough channels runs by Winograd instead (see
+    winograd.py), with no im2col: its "patches" are the transformed input
+    tiles the filter gradient reads. Whatever is not kept (``keep_product``,
+    ``keep_patches``) goes to one cached buffer per thread, reused block
+    after block, and comes back as None."""
     n = x.shape[0]
     rows_per_image, depth, width = lay.out_h * lay.out_w, w2d.shape[0], w2d.shape[1]
     dtype = xp.result_type(x, w2d)
@@ -292,7 +296,8 @@ def _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish=None, keep_produc
     """(None, patches @ w2d) without keeping the patches: each block of a few
     images gets its own small patch matrix, GEMM and ``finish`` (threads take
     the blocks in turn); on the compiled path each thread's blocks share one
-    (and ``keep_product=False`` may leave the product None). Off the host
+    patch buffer (and ``keep_product=False`` may leave the product None), or
+    run by Winograd. Off the host
     (GPUs) the patches are made whole. GEMMs over other row blocks may round
     the last bit differently from :func:`_im2col_matmul`; each path alone is
     deterministic."""
@@ -400,7 +405,8 @@ def _winograd_filter_gradient(parallel, kept, grad):
     n = grad.shape[0]
     flops = kept.shape[0] * kept.shape[1] * kept.shape[2] * grad.shape[3]
     ranges = split(n, parallel.gemm_parts(n, flops, n * grad.shape[1] * grad.shape[2]))
-    per_block = max(1, _GRADIENT_BLOCK_BYTES // winograd.grad_bytes_per_image(grad, kept.shape[2]))
+    per_block = max(1, _GRADIENT_BLOCK_BYTES //
+                    winograd.grad_bytes_per_image(grad, kept.shape[2]))
     sums = [None] * len(ranges)
 
     def part(index):

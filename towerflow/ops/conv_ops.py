@@ -2,8 +2,10 @@
 
 ``tf.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding='SAME')`` with ``x`` of
 shape [batch, height, width, in_channels] and ``w`` of shape [height, width,
-in_channels, out_channels]. The Conv2D op also outputs its im2col patch
-matrix, which the filter gradient reuses instead of rebuilding it.
+in_channels, out_channels]. The Conv2D op also outputs what its filter
+gradient reuses instead of rebuilding it: the im2col patch matrix, or where
+the compiled kernels run it by Winograd (see backends/winograd.py) the
+transformed input tiles, given the patches' width.
 """
 
 from .. import dtypes

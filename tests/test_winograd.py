@@ -1,0 +1,265 @@
+"""Winograd F(4x4, 3x3) convolutions (towerflow/backends/winograd.py): where the
+compiled kernels run a stride-1 3x3 convolution of MIN_CHANNELS or more input
+channels by Winograd, its output, input gradient and filter gradient match
+the NumPy kernels' im2col GEMMs (to float rounding), on one thread and split
+across threads, fused or not; everything else keeps im2col."""
+
+import types
+
+import numpy as np
+import pytest
+
+import towerflow as tf
+from towerflow.backends import cpu_threads, native, winograd
+from towerflow.backends.nn_kernels import build_nn_kernels
+
+pytestmark = pytest.mark.skipif(not native.available(),
+                                reason="towerflow.backends._native is not built")
+
+# Tolerances relative to the largest value: Winograd's transforms scale float32
+# rounding up by about 50x over the direct sum's (winograd.py).
+RELATIVE = {np.float32: 5e-5, np.float64: 1e-12}
+
+# (x shape, out channels, padding): sizes that are and are not multiples of the
+# 4x4 tile, channels past the C kernels' 64-channel blocks, an empty batch
+CASES = [
+    ((3, 16, 16, 16), 24, "SAME"),
+    ((2, 11, 9, 20), 17, "VALID"),
+    ((2, 7, 13, 70), 5, "SAME"),
+    ((1, 6, 6, 16), 66, "VALID"),
+    ((0, 8, 8, 16), 8, "SAME"),
+]
+
+
+def kernel(table, name, attrs, dtype):
+    ctx = types.SimpleNamespace(attrs=attrs, op=None, resource=lambda key, make: make(),
+                                output_dtypes=[np.dtype(dtype)] * 5)
+    return table[name](ctx)
+
+
+def conv_and_grads(table, x, w, grad_of, padding):
+    """(y, dx, dw, patches) of Conv2D and its two gradient kernels."""
+    attrs = {"strides": (1, 1), "padding": padding}
+    y, patches = kernel(table, "Conv2D", attrs, x.dtype)(x, w)
+    grad = grad_of(y.shape)
+    dx = kernel(table, "Conv2DBackpropInput", attrs, x.dtype)(x, w, grad)
+    dw = kernel(table, "Conv2DBackpropFilter", {"filter_shape": w.shape}, x.dtype)(
+        patches, grad)
+    return y, dx, dw, patches
+
+
+def reference(x, w, grad_of, padding, monkeypatch):
+    """conv_and_grads on the NumPy kernels (im2col GEMMs)."""
+    with monkeypatch.context() as patch:
+        patch.setenv("TOWERFLOW_NATIVE", "0")
+        return conv_and_grads(build_nn_kernels(np), x, w, grad_of, padding)
+
+
+def assert_close(actual, expected, dtype, what):
+    scale = max(float(np.abs(expected).max()), 1.0) if expected.size else 1.0
+    assert actual.shape == expected.shape, what
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=RELATIVE[dtype] * scale,
+                               err_msg=what)
+
+
+def random_case(x_shape, out_channels, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = (rng.standard_normal((3, 3, x_shape[3], out_channels)) * 0.2).astype(dtype)
+
+    def grad_of(shape):
+        return np.random.default_rng(seed + 1).standard_normal(shape).astype(dtype)
+    return x, w, grad_of
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("x_shape, out_channels, padding", CASES)
+@pytest.mark.parametrize("threads", ["serial", "pool"])
+def test_winograd_conv_and_gradients_match_im2col(request, monkeypatch, x_shape,
+                                                  out_channels, padding, dtype, threads):
+    x, w, grad_of = random_case(x_shape, out_channels, dtype)
+    parallel = request.getfixturevalue("pool") if threads == "pool" else cpu_threads.SERIAL
+    y, dx, dw, patches = conv_and_grads(build_nn_kernels(np, parallel), x, w, grad_of,
+                                        padding)
+    want = reference(x, w, grad_of, padding, monkeypatch)
+    for name, actual, expected in zip(("output", "dx", "dw"), (y, dx, dw), want):
+        assert_close(actual, expected, dtype, name)
+    # Winograd ran: the patches output holds the transformed input tiles, 36
+    # terms per tile of 4x4 outputs, as wide as im2col's patches
+    tiles = x_shape[0] * -(-y.shape[1] // 4) * -(-y.shape[2] // 4)
+    assert patches.shape == ((4 * tiles, 9 * x_shape[3]) if x_shape[0] else want[3].shape)
+
+
+def test_threads_give_the_same_bits_on_every_run(pool):
+    x, w, grad_of = random_case((6, 12, 12, 32), 16, np.float32)
+    table = build_nn_kernels(np, pool)
+    first = conv_and_grads(table, x, w, grad_of, "SAME")
+    again = conv_and_grads(table, x, w, grad_of, "SAME")
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("what, x_shape, w_shape, strides", [
+    ("too few input channels", (2, 8, 8, 15), (3, 3, 15, 16), (1, 1)),
+    ("stride 2", (2, 8, 8, 16), (3, 3, 16, 16), (2, 2)),
+    ("a 5x5 window", (2, 8, 8, 16), (5, 5, 16, 16), (1, 1)),
+    ("a 2x3 output", (2, 2, 3, 16), (3, 3, 16, 16), (1, 1)),
+])
+def test_other_convolutions_keep_im2col_patches(what, x_shape, w_shape, strides):
+    x = np.ones(x_shape, np.float32)
+    w = np.ones(w_shape, np.float32)
+    y, patches = kernel(build_nn_kernels(np), "Conv2D",
+                        {"strides": strides, "padding": "SAME"}, np.float32)(x, w)
+    assert patches.shape == (y.shape[0] * y.shape[1] * y.shape[2], np.prod(w_shape[:3])), what
+
+
+def test_towerflow_winograd_0_turns_it_off(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_WINOGRAD", "0")
+    x, w, grad_of = random_case((2, 8, 8, 16), 8, np.float32)
+    y, dx, dw, patches = conv_and_grads(build_nn_kernels(np), x, w, grad_of, "SAME")
+    assert patches.shape == (2 * 8 * 8, 9 * 16)
+    want = reference(x, w, grad_of, "SAME", monkeypatch)
+    np.testing.assert_array_equal(y, want[0])   # the same im2col GEMM
+
+
+def test_float16_convolutions_take_the_numpy_path():
+    x, w, _ = random_case((2, 8, 8, 16), 8, np.float16)
+    y, patches = kernel(build_nn_kernels(np), "Conv2D", {"strides": (1, 1), "padding": "SAME"},
+                        np.float16)(x, w)
+    assert patches.shape == (2 * 8 * 8, 9 * 16)
+
+
+def test_the_compiled_transforms_match_their_matrices():
+    # B^T d B of each tile's window, and A e A^T of each output-gradient tile,
+    # against the matrices of Lavin and Gray written out here
+    b_t = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                    [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], float)
+    a_t = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                    [0, 1, -1, 8, -8, 1]], float)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 5, 7, 3))
+    top, left, out_h, out_w = 1, 2, 5, 6            # tiles 2 x 2, reading past every edge
+    padded = np.zeros((2, 2 * 4 + 2, 2 * 4 + 2, 3))
+    for row in range(padded.shape[1]):
+        for col in range(padded.shape[2]):
+            if 0 <= row - top < 5 and 0 <= col - left < 7:
+                padded[:, row, col] = x[:, row - top, col - left]
+    windows = np.stack([padded[:, 4 * ty:4 * ty + 6, 4 * tx:4 * tx + 6]
+                        for ty in range(2) for tx in range(2)], axis=1)   # [n, tile, 6, 6, c]
+    want = np.einsum("ai,ntijc,bj->abntc", b_t, windows, b_t).reshape(36, 8, 3)
+    u = np.full((36, 10, 3), np.nan)                # two spare tiles either side stay put
+    assert native.winograd_input(x, top, left, out_h, out_w, u, first_tile=1)
+    np.testing.assert_allclose(u[:, 1:9], want, rtol=1e-13, atol=1e-13)
+    assert np.isnan(u[:, 0]).all() and np.isnan(u[:, 9]).all()
+
+    grad = rng.standard_normal((2, 5, 6, 3))
+    tiles = np.zeros((2, 8, 8, 3))
+    tiles[:, :5, :6] = grad
+    blocks = np.stack([tiles[:, 4 * ty:4 * ty + 4, 4 * tx:4 * tx + 4]
+                       for ty in range(2) for tx in range(2)], axis=1)
+    want = np.einsum("ia,ntijc,jb->abntc", a_t, blocks, a_t).reshape(36, 8, 3)
+    v = np.empty((36, 8, 3))
+    assert native.winograd_grad_tiles(grad, v)
+    np.testing.assert_allclose(v, want, rtol=1e-13, atol=1e-13)
+
+
+def test_bad_tile_buffers_are_refused_by_name():
+    x = np.zeros((1, 8, 8, 16), np.float32)
+    with pytest.raises(ValueError, match="u: expected 2304 items"):  # 36 * 4 tiles * 16
+        native._compiled.winograd_input((1, 8, 8, 16, 1, 1, 8, 8, 0, 4), x,
+                                        np.zeros((36, 3, 16), np.float32))
+    with pytest.raises(ValueError, match="m: expected"):
+        native.winograd_output(np.zeros((36, 3, 16), np.float32), (1, 8, 8, 16), x)
+    with pytest.raises(ValueError, match="tiles within a plane"):
+        native.winograd_input(x, 1, 1, 8, 8, np.zeros((36, 4, 16), np.float32), first_tile=1)
+    assert not native.winograd_input(x, 1, 1, 8, 8, np.zeros((36, 4, 16), np.float64))
+
+
+def test_filter_gradient_names_patches_of_the_wrong_size():
+    grad = np.zeros((2, 8, 8, 4), np.float32)
+    with pytest.raises(ValueError, match=r"neither im2col patches \(128 rows\) nor Winograd "
+                                         r"tiles \(32 rows\)"):
+        winograd.kept_tiles(np.zeros((30, 9 * 16), np.float32), grad)
+
+
+def small_cnn(images, classes, convs, pool):
+    """(loss, labels and image placeholders) of ``convs`` 16-channel 3x3 ReLU
+    convolutions, an optional 2x2 max pool, then a dense layer."""
+    x = tf.placeholder(tf.float32, images.shape)
+    labels = tf.placeholder(tf.int64, classes.shape)
+    hidden = x
+    for _ in range(convs):
+        hidden = tf.layers.conv2d(hidden, 16, 3, padding="same", activation=tf.nn.relu)
+    if pool:
+        hidden = tf.layers.max_pooling2d(hidden, 2, 2)
+    logits = tf.layers.dense(tf.layers.flatten(hidden), int(classes.max()) + 1)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits))
+    return loss, {x: images, labels: classes}
+
+
+def test_a_fused_winograd_training_step_is_bit_identical_to_the_unfused_one(monkeypatch):
+    # conv (16 -> 16 channels) -> bias -> relu -> max pool -> dense, trained one
+    # step with and without fusion: the fused kernel pools Winograd's output
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((4, 12, 12, 16)).astype(np.float32)
+    classes = np.array([0, 1, 2, 1])
+
+    def step(fusion):
+        monkeypatch.setenv("TOWERFLOW_FUSION", fusion)
+        with tf.Graph().as_default():
+            tf.set_random_seed(1)
+            loss, feed = small_cnn(images, classes, convs=1, pool=True)
+            train = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                sess.run(train, feed)
+                return sess.run([loss] + tf.trainable_variables(), feed)
+    for fused, unfused in zip(step("1"), step("0")):
+        np.testing.assert_array_equal(fused, unfused)
+
+
+def test_a_winograd_cnn_learns_as_the_im2col_one_does(monkeypatch):
+    # twenty steps of a two-conv CNN: the losses follow the im2col run's to
+    # float32 rounding, step after step
+    images = np.random.default_rng(3).standard_normal((8, 8, 8, 3)).astype(np.float32)
+    classes = (images[..., 0].mean(axis=(1, 2)) > 0).astype(np.int64)
+
+    def losses(winograd_flag):
+        monkeypatch.setenv("TOWERFLOW_WINOGRAD", winograd_flag)
+        with tf.Graph().as_default():
+            tf.set_random_seed(2)
+            loss, feed = small_cnn(images, classes, convs=2, pool=False)
+            train = tf.train.GradientDescentOptimizer(0.05).minimize(loss)
+            with tf.Session() as sess:
+                sess.run(tf.global_variables_initializer())
+                return [sess.run([loss, train], feed)[0] for _ in range(20)]
+    with_winograd, with_im2col = losses("1"), losses("0")
+    np.testing.assert_allclose(with_winograd, with_im2col, rtol=1e-4)
+    assert with_winograd[-1] < 0.5 * with_winograd[0]
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_winograd_gradients_match_finite_differences(padding):
+    x, w, grad_of = random_case((1, 6, 7, 16), 2, np.float64)
+    table = build_nn_kernels(np)
+    weights = grad_of(kernel(table, "Conv2D", {"strides": (1, 1), "padding": padding},
+                             np.float64)(x, w)[0].shape)
+    _, dx, dw, patches = conv_and_grads(table, x, w, lambda shape: weights, padding)
+    assert patches.shape[0] != weights[..., 0].size      # Winograd tiles, not im2col rows
+
+    def loss(x, w):
+        y, _ = kernel(table, "Conv2D", {"strides": (1, 1), "padding": padding},
+                      np.float64)(x, w)
+        return float(np.sum(y * weights))
+    for value, analytic in ((x, dx), (w, dw)):
+        numeric = np.zeros(value.shape)
+        for pos in np.ndindex(value.shape):
+            original = value[pos]
+            value[pos] = original + 1e-6
+            up = loss(x, w)
+            value[pos] = original - 1e-6
+            down = loss(x, w)
+            value[pos] = original
+            numeric[pos] = (up - down) / 2e-6
+        np.testing.assert_allclose(analytic, numeric, atol=1e-7)
