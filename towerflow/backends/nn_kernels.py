@@ -24,7 +24,7 @@ import contextlib
 
 import numpy as np
 
-from . import native, output_used, winograd
+from . import conv_blocks, native, output_used, winograd
 from .cpu_threads import SERIAL, split
 from .fused_kernels import _batch_norm_kernels, _cross_entropy_kernels, long_rows
 from .parallel_gemm import matmul_by_rows, matmul_over_rows
@@ -97,7 +97,8 @@ def _conv_kernels(xp, parallel):
         def grad_filter(patches, grad):
             kept = winograd.kept_tiles(patches, grad)
             if kept is not None:    # the forward pass ran as Winograd
-                return _winograd_filter_gradient(parallel, kept, grad).reshape(filter_shape)
+                dw = conv_blocks.winograd_filter_gradient(parallel, kept, grad)
+                return dw.reshape(filter_shape)
             grad2d = grad.reshape(-1, grad.shape[-1])
             return matmul_over_rows(xp, parallel, patches, grad2d).reshape(filter_shape)
         return grad_filter
@@ -113,9 +114,10 @@ def _conv_kernels(xp, parallel):
                 return matmul_by_rows(xp, parallel, grad2d,
                                        w.reshape(channels, out_channels).T).reshape(x.shape)
             if winograd.applies(grad2d, w, lay, out_channels, x.shape[1], x.shape[2]):
-                return _winograd_input_gradient(xp, parallel, x.shape, grad2d, lay, w)
+                return conv_blocks.winograd_input_gradient(xp, parallel, x.shape, grad2d,
+                                                           lay, w)
             if native.float_arrays(grad2d, w):
-                return _matmul_col2im_cached(xp, parallel, x.shape, grad2d, lay, w)
+                return conv_blocks.matmul_col2im_cached(xp, parallel, x.shape, grad2d, lay, w)
             col2im = _col2im_channel_major if _channel_major(lay, kw, channels) \
                 else _col2im_by_tap
             return _col2im_by_images(
@@ -185,7 +187,8 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None, keep_product=True):
     n, _, _, channels = x.shape
     parts = _conv_parts(parallel, x, w2d, lay)
     if native.float_arrays(x, w2d):
-        return _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product)
+        return conv_blocks.im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts,
+                                                keep_product)
     rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
     flops = n * rows_per_image * depth * w2d.shape[1]
     if parts == 1:
@@ -224,70 +227,6 @@ def _conv_parts(parallel, x, w2d, lay):
     return parallel.gemm_parts(n, flops, n * rows_per_image)
 
 
-# Bytes of im2col patches per cache block (about an L2 cache).
-_CACHE_BLOCK_BYTES = 1 << 20
-
-
-def _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=True,
-                          keep_patches=True):
-    """:func:`_im2col_matmul` with the compiled im2col, in blocks of images
-    whose patches fit in a core's cache: each block's GEMM reads its patches,
-    and ``finish`` its rows, while they are still cached (the whole-part
-    patches of the NumPy path would be out of cache by then). A stride-1 3x3
-    convolution of enough channels runs by Winograd instead (see
-    winograd.py), with no im2col: its "patches" are the transformed input
-    tiles the filter gradient reads. Whatever is not kept (``keep_product``,
-    ``keep_patches``) goes to one cached buffer per thread, reused block
-    after block, and comes back as None."""
-    n = x.shape[0]
-    rows_per_image, depth, width = lay.out_h * lay.out_w, w2d.shape[0], w2d.shape[1]
-    dtype = xp.result_type(x, w2d)
-    y = xp.empty((n * rows_per_image, width), dtype) if keep_product else None
-    fast = _winograd_forward(x, w2d, lay)
-    # Winograd keeps its transformed inputs for the filter gradient instead
-    # of the patches (see winograd.as_patches)
-    kept = fast.kept_inputs(n) if fast is not None and keep_patches else None
-    patches = None if not keep_patches else \
-        xp.empty((n * rows_per_image, depth), x.dtype) if kept is None else \
-        winograd.as_patches(kept, (lay.window[0], lay.window[1], x.shape[3]))
-    per_block = _images_per_cache_block(
-        rows_per_image * depth * x.itemsize if fast is None else fast.bytes_per_image())
-    ranges = split(n, parts)
-
-    def part(index):
-        first, last = ranges[index]
-        block_rows = min(per_block, last - first) * rows_per_image
-        patch_scratch = None if keep_patches or fast is not None else \
-            xp.empty((block_rows, depth), x.dtype)
-        product_scratch = None if keep_product else xp.empty((block_rows, width), dtype)
-        workspace = None if fast is None else fast.workspace(min(per_block, last - first))
-        for start, stop in _cache_blocks(first, last, per_block):
-            rows = slice(start * rows_per_image, stop * rows_per_image)
-            count = (stop - start) * rows_per_image
-            product = y[rows] if keep_product else product_scratch[:count]
-            if fast is not None:
-                fast(x[start:stop], product, workspace, kept, start)
-            else:
-                block_patches = patches[rows] if keep_patches else patch_scratch[:count]
-                _compiled(native.im2col(x[start:stop], lay, block_patches), "im2col", x.dtype)
-                xp.matmul(block_patches, w2d, out=product)
-            if finish is not None:
-                finish(product, slice(start, stop))
-    _run_parts(parallel, part, parts, n * rows_per_image * depth * width)
-    return patches, y
-
-
-def _winograd_forward(x, w2d, lay):
-    """The Winograd form of the convolution of ``x`` by ``w2d`` (the [KH*KW*C,
-    O] filter), or None where it does not apply (see winograd.applies)."""
-    channels = x.shape[3]
-    if not winograd.applies(x, w2d, lay, channels, lay.out_h, lay.out_w):
-        return None
-    top, _, left, _ = lay.pads
-    return winograd.WinogradConv(w2d.reshape(3, 3, channels, -1), top, left,
-                                 lay.out_h, lay.out_w)
-
-
 # Bytes of im2col patches per block when the patches are not kept.
 _PATCH_BLOCK_BYTES = 1 << 22
 
@@ -302,7 +241,7 @@ def _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish=None, keep_produc
     the last bit differently from :func:`_im2col_matmul`; each path alone is
     deterministic."""
     if native.float_arrays(x, w2d):
-        return _im2col_matmul_cached(xp, parallel, x, w2d, lay, finish,
+        return conv_blocks.im2col_matmul_cached(xp, parallel, x, w2d, lay, finish,
                                      _conv_parts(parallel, x, w2d, lay), keep_product,
                                      keep_patches=False)
     n = x.shape[0]
@@ -343,114 +282,6 @@ def _col2im_by_images(xp, parallel, x_shape, grad2d, lay, w, col2im):
                (stop - start,) + tuple(x_shape[1:]), dx[start:stop])
     parallel.run(part, parts)
     return dx
-
-
-def _matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
-    """dx by the compiled col2im, in blocks of images whose patch gradient
-    (grad rows @ w2d.T) fits in a core's cache: one GEMM per block, as wide
-    as the whole filter (the by-tap path's GEMMs are one tap wide each)."""
-    n = x_shape[0]
-    rows_per_image, depth = lay.out_h * lay.out_w, w.shape[0] * w.shape[1] * w.shape[2]
-    w2d_t = xp.ascontiguousarray(w.reshape(depth, -1).T)
-    flops = grad2d.shape[0] * grad2d.shape[1] * depth
-    ranges = split(n, parallel.gemm_parts(n, flops, grad2d.shape[0]))
-    per_block = _images_per_cache_block(rows_per_image * depth * grad2d.itemsize)
-    dx = xp.empty(x_shape, grad2d.dtype)
-
-    def part(index):
-        first, last = ranges[index]
-        columns = xp.empty((min(per_block, last - first) * rows_per_image, depth), dx.dtype)
-        for start, stop in _cache_blocks(first, last, per_block):
-            block = columns[:(stop - start) * rows_per_image]
-            xp.matmul(grad2d[start * rows_per_image:stop * rows_per_image], w2d_t, out=block)
-            _compiled(native.col2im(block, lay, dx[start:stop]), "col2im", dx.dtype)
-    _run_parts(parallel, part, len(ranges), flops)
-    return dx
-
-
-def _winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
-    """dx of a stride-1 3x3 convolution as the Winograd convolution of the
-    output gradient (see WinogradConv.for_input_gradient), in cache blocks of
-    images, each written straight into its slice of dx."""
-    n = x_shape[0]
-    conv = winograd.WinogradConv.for_input_gradient(w, lay, x_shape)
-    grad = grad2d.reshape(n, lay.out_h, lay.out_w, w.shape[3])
-    flops = grad2d.shape[0] * grad2d.shape[1] * w.shape[0] * w.shape[1] * w.shape[2]
-    ranges = split(n, parallel.gemm_parts(n, flops, grad2d.shape[0]))
-    per_block = _images_per_cache_block(conv.bytes_per_image())
-    dx = xp.empty(x_shape, grad2d.dtype)
-
-    def part(index):
-        first, last = ranges[index]
-        workspace = conv.workspace(min(per_block, last - first))
-        for start, stop in _cache_blocks(first, last, per_block):
-            conv(grad[start:stop], dx[start:stop], workspace)
-    _run_parts(parallel, part, len(ranges), flops)
-    return dx
-
-
-# Bytes of Winograd tiles per block of the filter gradient. Its GEMMs sum
-# over the tiles: the more per GEMM, the faster (for the cpu_peers CNN's
-# second layer, 3.3 ms with the whole thread's part at once against 3.8 ms
-# in 4x larger blocks than the cache blocks and 4.3 ms in cache blocks).
-_GRADIENT_BLOCK_BYTES = 1 << 24
-
-
-def _winograd_filter_gradient(parallel, kept, grad):
-    """dW [3, 3, C, O] from the ``kept`` Winograd inputs [36, tiles, C] of the
-    forward pass and the output gradient: each block of images adds its tile
-    products, the threads' sums are added in part order (a fixed order),
-    then one filter transform (see winograd.py)."""
-    grad = np.ascontiguousarray(grad)
-    n = grad.shape[0]
-    flops = kept.shape[0] * kept.shape[1] * kept.shape[2] * grad.shape[3]
-    ranges = split(n, parallel.gemm_parts(n, flops, n * grad.shape[1] * grad.shape[2]))
-    per_block = max(1, _GRADIENT_BLOCK_BYTES //
-                    winograd.grad_bytes_per_image(grad, kept.shape[2]))
-    sums = [None] * len(ranges)
-
-    def part(index):
-        first, last = ranges[index]
-        workspace = winograd.grad_workspace(grad, min(per_block, last - first))
-        for start, stop in _cache_blocks(first, last, per_block):
-            products = winograd.tile_products(kept, grad[start:stop], start, workspace)
-            if sums[index] is None:
-                sums[index] = products
-            else:
-                sums[index] += products
-    _run_parts(parallel, part, len(ranges), flops)
-    total = np.zeros((kept.shape[0], kept.shape[2], grad.shape[3]), grad.dtype)
-    for value in sums:
-        if value is not None:       # None: a part without images (an empty batch)
-            total += value
-    return winograd.filter_gradient(total)
-
-
-def _images_per_cache_block(bytes_per_image):
-    """Images whose patches (or patch gradient) fill about _CACHE_BLOCK_BYTES."""
-    return max(1, _CACHE_BLOCK_BYTES // max(bytes_per_image, 1))
-
-
-def _cache_blocks(first, last, per_block):
-    """(start, stop) of the blocks of ``per_block`` images in [first, last)."""
-    return ((start, min(start + per_block, last)) for start in range(first, last, per_block))
-
-
-def _compiled(done, kernel, dtype):
-    """Check that a compiled kernel ran: callers chose the compiled path by
-    native.float_arrays, so a refusal would leave its output unwritten."""
-    if not done:
-        raise RuntimeError(f"the compiled {kernel} refused {dtype} blocks")
-
-
-def _run_parts(parallel, part, parts, flops):
-    """``part(i)`` for each part on the pool; one part alone may use several
-    BLAS threads for its GEMMs instead."""
-    if parts > 1:
-        parallel.run(part, parts)
-        return
-    with parallel.blas_threads(flops):
-        part(0)
 
 
 def _channel_major(lay, kw, channels):
