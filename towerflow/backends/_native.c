@@ -296,6 +296,29 @@ typedef struct {
     }
 
 #define DEFINE_WINOGRAD(T, SUFFIX)                                                      \
+/* tile[size][size][BLOCK] = the size x size cells from (row0, col0) on of one          \
+ * [height, width, c] image (image: its channel c0), cb channels each; zeros            \
+ * for cells outside the image. */                                                      \
+static void load_tile_##SUFFIX(const T *restrict image, Py_ssize_t height,              \
+                               Py_ssize_t width, Py_ssize_t c, Py_ssize_t row0,         \
+                               Py_ssize_t col0, int size, Py_ssize_t cb,                \
+                               T *restrict tile)                                        \
+{                                                                                       \
+    for (int i = 0; i < size; i++)                                                      \
+        for (int j = 0; j < size; j++) {                                                \
+            const Py_ssize_t row = row0 + i, col = col0 + j;                            \
+            T *cell = tile + (i * size + j) * BLOCK;                                    \
+            if (row < 0 || row >= height || col < 0 || col >= width) {                  \
+                for (Py_ssize_t ch = 0; ch < cb; ch++)                                  \
+                    cell[ch] = (T)0;                                                    \
+                continue;                                                               \
+            }                                                                           \
+            const T *p = image + (row * width + col) * c;                               \
+            for (Py_ssize_t ch = 0; ch < cb; ch++)                                      \
+                cell[ch] = p[ch];                                                       \
+        }                                                                               \
+}                                                                                       \
+                                                                                        \
 /* u[36, plane_tiles, C] from tile first_tile on = B^T d B of every tile's 6x6          \
  * input window (zeros outside the input), the 36 terms row-major. */                   \
 static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
@@ -311,20 +334,8 @@ static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,         
         const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
         const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
         T d[6][6][BLOCK], t[6][6][BLOCK];                                               \
-        for (int i = 0; i < 6; i++) {                                                   \
-            const Py_ssize_t row = ty * 4 - g->top + i;                                 \
-            for (int j = 0; j < 6; j++) {                                               \
-                const Py_ssize_t col = tx * 4 - g->left + j;                            \
-                if (row < 0 || row >= g->h || col < 0 || col >= g->w) {                 \
-                    for (Py_ssize_t ch = 0; ch < cb; ch++)                              \
-                        d[i][j][ch] = (T)0;                                             \
-                    continue;                                                           \
-                }                                                                       \
-                const T *p = x + ((img * g->h + row) * g->w + col) * c + c0;            \
-                for (Py_ssize_t ch = 0; ch < cb; ch++)                                  \
-                    d[i][j][ch] = p[ch];                                                \
-            }                                                                           \
-        }                                                                               \
+        load_tile_##SUFFIX(x + img * g->h * g->w * c + c0, g->h, g->w, c,               \
+                           ty * 4 - g->top, tx * 4 - g->left, 6, cb, &d[0][0][0]);      \
         for (int j = 0; j < 6; j++) {                                                   \
             _Pragma("GCC ivdep")                                                        \
             B_T(T, D_COL, T_COL, cb)                                                    \
@@ -352,18 +363,8 @@ static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *restrict v, 
         const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
         const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
         T e[4][4][BLOCK], t[6][4][BLOCK];                                               \
-        for (int i = 0; i < 4; i++)                                                     \
-            for (int j = 0; j < 4; j++) {                                               \
-                const Py_ssize_t row = ty * 4 + i, col = tx * 4 + j;                    \
-                if (row >= g->oh || col >= g->ow) {                                     \
-                    for (Py_ssize_t ch = 0; ch < cb; ch++)                              \
-                        e[i][j][ch] = (T)0;                                             \
-                    continue;                                                           \
-                }                                                                       \
-                const T *p = grad + ((img * g->oh + row) * g->ow + col) * o + c0;       \
-                for (Py_ssize_t ch = 0; ch < cb; ch++)                                  \
-                    e[i][j][ch] = p[ch];                                                \
-            }                                                                           \
+        load_tile_##SUFFIX(grad + img * g->oh * g->ow * o + c0, g->oh, g->ow, o,        \
+                           ty * 4, tx * 4, 4, cb, &e[0][0][0]);                         \
         for (int j = 0; j < 4; j++) {                                                   \
             _Pragma("GCC ivdep")                                                        \
             A_(T, E_COL, TE_COL, cb)                                                    \

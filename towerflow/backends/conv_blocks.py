@@ -49,7 +49,8 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
         patch_scratch = None if keep_patches or fast is not None else \
             xp.empty((block_rows, depth), x.dtype)
         product_scratch = None if keep_product else xp.empty((block_rows, width), dtype)
-        workspace = None if fast is None else fast.workspace(min(per_block, last - first))
+        workspace = None if fast is None else \
+            fast.workspace(min(per_block, last - first), with_inputs=kept is None)
         for start, stop in _cache_blocks(first, last, per_block):
             rows = slice(start * rows_per_image, stop * rows_per_image)
             count = (stop - start) * rows_per_image
@@ -121,7 +122,7 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
     return dx
 
 
-# Bytes of Winograd tiles per block of the filter gradient. Its GEMMs sum
+# Bytes of output-gradient tiles per block of the filter gradient. Its GEMMs sum
 # over the tiles: the more per GEMM, the faster (for the cpu_peers CNN's
 # second layer, 3.3 ms with the whole thread's part at once against 3.8 ms
 # in 4x larger blocks than the cache blocks and 4.3 ms in cache blocks).
@@ -137,8 +138,7 @@ def winograd_filter_gradient(parallel, kept, grad):
     n = grad.shape[0]
     flops = kept.shape[0] * kept.shape[1] * kept.shape[2] * grad.shape[3]
     ranges = split(n, parallel.gemm_parts(n, flops, n * grad.shape[1] * grad.shape[2]))
-    per_block = max(1, _GRADIENT_BLOCK_BYTES //
-                    winograd.grad_bytes_per_image(grad, kept.shape[2]))
+    per_block = max(1, _GRADIENT_BLOCK_BYTES // winograd.grad_bytes_per_image(grad))
     sums = [None] * len(ranges)
 
     def part(index):

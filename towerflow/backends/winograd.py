@@ -49,6 +49,12 @@ TERMS = WINDOW * WINDOW
 MIN_CHANNELS = 16
 
 
+def tiles_per_image(out_h, out_w):
+    """The 4x4 tiles covering an ``out_h`` x ``out_w`` output (the last ones
+    cropped)."""
+    return -(-out_h // TILE) * -(-out_w // TILE)
+
+
 def enabled():
     """Whether Winograd convolutions are on (TOWERFLOW_WINOGRAD, default on)."""
     return os.environ.get("TOWERFLOW_WINOGRAD", "1") != "0"
@@ -73,7 +79,7 @@ class WinogradConv:
     def __init__(self, w, top, left, out_h, out_w):
         self.channels, self.out_channels = w.shape[2], w.shape[3]
         self.top, self.left, self.out_h, self.out_w = top, left, out_h, out_w
-        self.tiles_per_image = -(-out_h // TILE) * -(-out_w // TILE)
+        self.tiles_per_image = tiles_per_image(out_h, out_w)
         self.dtype = w.dtype
         self.filter = _transformed_filter(w)
 
@@ -91,11 +97,12 @@ class WinogradConv:
         return TERMS * self.tiles_per_image * (self.channels + self.out_channels) * \
             self.dtype.itemsize
 
-    def workspace(self, images):
-        """Buffers for blocks of up to ``images`` images (one per thread)."""
+    def workspace(self, images, with_inputs=True):
+        """Buffers for blocks of up to ``images`` images (one per thread):
+        (transformed inputs, or None where calls pass ``kept``, products)."""
         tiles = images * self.tiles_per_image
-        return (np.empty(TERMS * tiles * self.channels, self.dtype),
-                np.empty(TERMS * tiles * self.out_channels, self.dtype))
+        inputs = np.empty(TERMS * tiles * self.channels, self.dtype) if with_inputs else None
+        return inputs, np.empty(TERMS * tiles * self.out_channels, self.dtype)
 
     def kept_inputs(self, images):
         """An array for the transformed inputs of ``images`` images, kept for
@@ -137,7 +144,7 @@ def kept_tiles(patches, grad):
     n, out_h, out_w, _ = grad.shape
     if patches.shape[0] == n * out_h * out_w or not isinstance(patches, np.ndarray):
         return None
-    tiles = n * -(-out_h // TILE) * -(-out_w // TILE)
+    tiles = n * tiles_per_image(out_h, out_w)
     channels = patches.shape[1] // 9
     if patches.shape[0] * patches.shape[1] != TERMS * tiles * channels:
         raise ValueError(f"Conv2DBackpropFilter: patches of shape {patches.shape} are "
@@ -151,7 +158,7 @@ def tile_products(kept, grad, first_image, workspace):
     holds their output gradient) of U^T (A e A^T), U the ``kept`` inputs:
     the filter gradient before :func:`filter_gradient`."""
     n, out_h, out_w, out_channels = grad.shape
-    per_image = -(-out_h // TILE) * -(-out_w // TILE)
+    per_image = tiles_per_image(out_h, out_w)
     tiles = n * per_image
     transformed = workspace[:TERMS * tiles * out_channels].reshape(TERMS, tiles, out_channels)
     _ran(native.winograd_grad_tiles(grad, transformed), "gradient", grad)
@@ -161,16 +168,17 @@ def tile_products(kept, grad, first_image, workspace):
 
 def grad_workspace(grad, images):
     """A buffer for :func:`tile_products` over blocks of up to ``images`` images."""
-    _, out_h, out_w, out_channels = grad.shape
-    return np.empty(TERMS * images * -(-out_h // TILE) * -(-out_w // TILE) * out_channels,
-                    grad.dtype)
+    return np.empty(images * _grad_tile_values(grad), grad.dtype)
 
 
-def grad_bytes_per_image(grad, channels):
-    """Bytes of transformed inputs and gradient tiles one image's tiles span."""
+def grad_bytes_per_image(grad):
+    """Bytes of :func:`grad_workspace` one image's gradient tiles take."""
+    return _grad_tile_values(grad) * grad.itemsize
+
+
+def _grad_tile_values(grad):
     _, out_h, out_w, out_channels = grad.shape
-    return TERMS * -(-out_h // TILE) * -(-out_w // TILE) * (channels + out_channels) * \
-        grad.itemsize
+    return TERMS * tiles_per_image(out_h, out_w) * out_channels
 
 
 def filter_gradient(products):
