@@ -43,6 +43,39 @@ def split_cpu(count=N_LOGICAL_CPUS):
         cpu, [tf.config.LogicalDeviceConfiguration()] * count)
 
 
+def real_gpu_present():
+    """Whether CuPy sees a working GPU (asked once per test run)."""
+    if not _REAL_GPU:
+        physical.set_gpu_probe(None)
+        _REAL_GPU.append(bool(physical.probe_gpus()[0]))
+    return _REAL_GPU[0]
+
+
+_REAL_GPU = []
+
+
+def devices_under_test():
+    """The devices the op suites run every case on: the four logical CPUs
+    always, and /gpu:0 (marked ``gpu``) when a real GPU is present."""
+    cpus = [pytest.param(f"/cpu:{i}", id=f"cpu{i}") for i in range(N_LOGICAL_CPUS)]
+    gpus = [pytest.param("/gpu:0", id="gpu0", marks=pytest.mark.gpu)] \
+        if real_gpu_present() else []
+    return cpus + gpus
+
+
+def placed_name(device):
+    """How a placement log ends for ``device``: '/cpu:2' -> 'CPU:2'."""
+    spec = tf.DeviceSpec.from_string(device)
+    return f"{spec.device_type}:{spec.device_index}"
+
+
+@pytest.fixture(params=devices_under_test())
+def op_device(request):
+    """Each device of :func:`devices_under_test`, with the CPU split in four."""
+    split_cpu()
+    return request.param
+
+
 @pytest.fixture
 def logical_cpus():
     """Four logical CPUs; yields their names ['/cpu:0', ..]."""

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import towerflow as tf
-from conftest import N_LOGICAL_CPUS
 from gradient_check import (away_from_zero, built_op_types, case_id,
                             check_float32_matches_float64, check_gradients, distinct, fixed,
                             floats, grad_case, positive)
@@ -157,10 +156,9 @@ ARRAY = [
 CASES = UNARY + BINARY + MATMUL + REDUCTIONS + ARRAY
 
 
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_gradient_matches_finite_differences(case, device_index, logical_cpus, rng):
-    check_gradients(case, rng, logical_cpus[device_index])
+def test_gradient_matches_finite_differences(case, op_device, rng):
+    check_gradients(case, rng, op_device)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.unknown != ()], ids=case_id)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import towerflow as tf
-from conftest import N_LOGICAL_CPUS
 from gradient_check import (away_from_zero, case_id, check_float32_matches_float64,
                             check_gradients, distinct, floats, grad_case, labels, positive,
                             probabilities)
@@ -155,10 +154,9 @@ NORM = [
 CASES = ACTIVATIONS + SOFTMAX + CROSS_ENTROPY + MISC + CONV + POOL + NORM
 
 
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_gradient_matches_finite_differences(case, device_index, logical_cpus, rng):
-    check_gradients(case, rng, logical_cpus[device_index])
+def test_gradient_matches_finite_differences(case, op_device, rng):
+    check_gradients(case, rng, op_device)
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
@@ -202,14 +200,13 @@ def test_fused_batch_norm_inference_passes_no_gradient_to_the_statistics():
     assert tf.gradients(tf.reduce_sum(y), [mean, variance]) == [None, None]
 
 
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
 @pytest.mark.parametrize("noise_shape", [None, [1, 4]], ids=["elementwise", "shared_rows"])
-def test_dropout_gradient_is_its_mask(device_index, noise_shape, logical_cpus, rng):
+def test_dropout_gradient_is_its_mask(op_device, noise_shape, rng):
     """Dropout draws a new mask every run, so the gradient is checked within one
     run: d(sum(y * R))/dx = R * mask, and mask = y / x where x != 0."""
     x_value = away_from_zero(3, 4)(rng)
     weights = rng.standard_normal((3, 4))
-    with tf.device(logical_cpus[device_index]):
+    with tf.device(op_device):
         x = tf.placeholder(tf.float64, [3, 4])
         y = tf.nn.dropout(x, rate=0.5, noise_shape=noise_shape, seed=7)
         (grad,) = tf.gradients(tf.reduce_sum(y * weights), x)

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import towerflow as tf
-from conftest import N_LOGICAL_CPUS
 
 # -- layers ----------------------------------------------------------------------------
 
@@ -20,9 +19,8 @@ def names(variables):
     return [variable.name for variable in variables]
 
 
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
-def test_dense_names_shapes_and_values(device_index, logical_cpus, rng):
-    with tf.device(logical_cpus[device_index]):
+def test_dense_names_shapes_and_values(op_device, rng):
+    with tf.device(op_device):
         x = tf.placeholder(tf.float32, [None, 5])
         hidden = tf.layers.dense(x, 4, activation=tf.nn.relu)
         logits = tf.layers.dense(hidden, 3, name="logits")
@@ -103,10 +101,8 @@ def test_batch_normalization_variables_and_trainability():
     assert len(tf.get_collection(tf.GraphKeys.UPDATE_OPS)) == 2   # inference adds none
 
 
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
-def test_batch_normalization_moving_statistics_follow_update_ops(device_index, logical_cpus,
-                                                                 rng):
-    x, y = batch_norm_model(True, momentum=0.9, device=logical_cpus[device_index])
+def test_batch_normalization_moving_statistics_follow_update_ops(op_device, rng):
+    x, y = batch_norm_model(True, momentum=0.9, device=op_device)
     updates = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
     moving_mean, moving_var = tf.global_variables()[2:]
     expected_mean, expected_var = np.zeros(3), np.ones(3)
@@ -161,10 +157,9 @@ def test_dropout_layer_is_identity_unless_training(rng):
 # -- dropout ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.8])
-def test_dropout_rate_and_scaling(rate, device_index, logical_cpus):
-    with tf.device(logical_cpus[device_index]):
+def test_dropout_rate_and_scaling(rate, op_device):
+    with tf.device(op_device):
         y = tf.nn.dropout(tf.ones([200, 500]), rate=rate, seed=1)
     value = tf.Session().run(y)
     kept = value != 0

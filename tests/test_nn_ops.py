@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import towerflow as tf
-from conftest import N_LOGICAL_CPUS
+from conftest import placed_name
 
 TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
 
@@ -236,12 +236,11 @@ def run_case(case, dtype, rng, device=None):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_forward_matches_numpy(case, device_index, dtype, logical_cpus, rng, capsys):
-    arrays, value = run_case(case, dtype, rng, logical_cpus[device_index])
+def test_forward_matches_numpy(case, op_device, dtype, rng, capsys):
+    arrays, value = run_case(case, dtype, rng, op_device)
     placed = [line for line in capsys.readouterr().err.splitlines() if ": /job:" in line]
-    assert placed and all(line.endswith(f"CPU:{device_index}") for line in placed), placed
+    assert placed and all(line.endswith(placed_name(op_device)) for line in placed), placed
     expected = case.reference(*[a.astype(np.float64) if a.dtype.kind == "f" else a
                                 for a in arrays])
     np.testing.assert_allclose(value, expected, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
@@ -293,11 +292,10 @@ def run_fused(arrays, training, device=None, feed_training=None):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("device_index", range(N_LOGICAL_CPUS))
 @pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
-def test_fused_batch_norm_matches_numpy(training, device_index, dtype, logical_cpus, rng):
+def test_fused_batch_norm_matches_numpy(training, op_device, dtype, rng):
     arrays = batch_norm_inputs(rng, dtype)
-    values = run_fused(arrays, training, logical_cpus[device_index])
+    values = run_fused(arrays, training, op_device)
     expected = batch_norm_reference(*[a.astype(np.float64) for a in arrays], training)
     for value, want in zip(values, expected):
         assert value.dtype == dtype

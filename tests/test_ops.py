@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 
 import towerflow as tf
-from conftest import N_LOGICAL_CPUS
+from conftest import placed_name
 from towerflow.backends.numpy_backend import KERNELS
 from towerflow.graph import registry
 
-DEVICE_INDICES = range(N_LOGICAL_CPUS)
 PLACEMENT_LINE = re.compile(r"^(\S+): (/job:localhost/replica:0/task:0/device:\S+)$", re.M)
 
 # -- input makers: each returns ``rng -> array`` ----------------------------------
@@ -406,16 +405,15 @@ def placement(log):
     return dict(PLACEMENT_LINE.findall(log))
 
 
-@pytest.mark.parametrize("device_index", DEVICE_INDICES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_forward_matches_numpy(case, device_index, logical_cpus, rng, capsys):
-    outputs, values, expected = run_case(case, rng, logical_cpus[device_index])
+def test_forward_matches_numpy(case, op_device, rng, capsys):
+    outputs, values, expected = run_case(case, rng, op_device)
     for tensor, value, want in zip(outputs, values, expected):
         check_value(tensor, value, want)
         assert tensor.shape.as_list() == list(value.shape), tensor
     placed = placement(capsys.readouterr().err)
     assert {tensor.op.name for tensor in outputs} <= set(placed), placed
-    wanted = f"/job:localhost/replica:0/task:0/device:CPU:{device_index}"
+    wanted = f"/job:localhost/replica:0/task:0/device:{placed_name(op_device)}"
     assert {name: device for name, device in placed.items() if device != wanted} == {}
 
 
@@ -431,11 +429,10 @@ def test_unknown_dims_give_a_compatible_static_shape(case, rng):
         assert tensor.shape.is_compatible_with(value.shape), (tensor, value.shape)
 
 
-@pytest.mark.parametrize("device_index", DEVICE_INDICES)
-def test_placeholder_with_default_fed_and_not_fed(device_index, logical_cpus, rng, capsys):
+def test_placeholder_with_default_fed_and_not_fed(op_device, rng, capsys):
     default = rng.standard_normal((2, 3)).astype(np.float32)
     fed = rng.standard_normal((5, 3)).astype(np.float32)
-    with tf.device(logical_cpus[device_index]):
+    with tf.device(op_device):
         x = tf.placeholder_with_default(default, [None, 3])
         doubled = x * 2.0
     assert x.shape.as_list() == [None, 3] and x.dtype == tf.float32
@@ -445,8 +442,8 @@ def test_placeholder_with_default_fed_and_not_fed(device_index, logical_cpus, rn
         np.testing.assert_array_equal(value, want, strict=True)
         np.testing.assert_array_equal(twice, want * 2, strict=True)
     placed = placement(capsys.readouterr().err)
-    assert placed[x.op.name].endswith(f"CPU:{device_index}")
-    assert placed[doubled.op.name].endswith(f"CPU:{device_index}")
+    assert placed[x.op.name].endswith(placed_name(op_device))
+    assert placed[doubled.op.name].endswith(placed_name(op_device))
 
 
 ALIASING = {  # builders whose NumPy kernel may return its input, or a view of it
