@@ -112,3 +112,96 @@ def test_cuda_visible_devices_is_respected_in_a_subprocess(real_gpu):
                             timeout=120)
     assert hidden.returncode == 0, hidden.stderr
     assert hidden.stdout.strip() == "0"
+
+
+def test_the_cupy_backend_reduces_through_cub():
+    cupy_backend()
+    from cupy._core import _accelerator
+    assert _accelerator.ACCELERATOR_CUB in _accelerator.get_reduction_accelerators()
+    assert _accelerator.ACCELERATOR_CUB in _accelerator.get_routine_accelerators()
+
+
+def test_nccl_members_have_a_gpu_kernel():
+    assert "NcclAllReduce" in cupy_backend().KERNELS
+
+
+def split_gpu(count, memory_limit=1024):
+    gpu = tf.config.list_physical_devices("GPU")[0]
+    tf.config.set_logical_device_configuration(
+        gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count)
+
+
+def captured_plans(sess):
+    from towerflow import plan_capture
+    return [plan for plan, _ in sess._plans.values()
+            if isinstance(plan, plan_capture.CapturingPlan) and plan.captured]
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True], ids=["op_by_op", "cuda_graphs"])
+def test_towers_on_four_logical_gpus_match_one_gpu(real_gpu, cuda_graphs):
+    from test_parallel import relative_difference, train
+    split_gpu(4)
+    config = tf.ConfigProto(cuda_graphs=cuda_graphs)
+    reference_losses, reference = train(0, 12, device_kind="gpu", config=config)
+    losses, params = train(4, 12, all_reduce="local", device_kind="gpu", config=config)
+    assert relative_difference(params, reference) <= 1e-5
+    np.testing.assert_allclose(losses, reference_losses, rtol=1e-5)
+
+
+def test_a_single_rank_nccl_communicator_matches_one_gpu(real_gpu):
+    from test_parallel import relative_difference, train
+    reference_losses, reference = train(0, 12, device_kind="gpu")
+    losses, params = train(1, 12, all_reduce="nccl", device_kind="gpu")
+    assert relative_difference(params, reference) <= 1e-6
+    np.testing.assert_allclose(losses, reference_losses, rtol=1e-6)
+
+
+def small_cnn_losses(config, steps=6, seed=0):
+    tf.reset_default_graph()
+    rng = np.random.default_rng(seed)
+    data = [(rng.standard_normal((16, 8, 8, 3)).astype(np.float32),
+             rng.integers(0, 10, 16)) for _ in range(steps)]
+    with tf.device("/gpu:0"):
+        x = tf.placeholder(tf.float32, [16, 8, 8, 3])
+        labels = tf.placeholder(tf.int64, [16])
+        init = tf.glorot_uniform_initializer
+        h = tf.layers.conv2d(x, 8, 3, padding="same", activation=tf.nn.relu,
+                             kernel_initializer=init(seed=1))
+        h = tf.layers.max_pooling2d(h, 2, 2)
+        logits = tf.layers.dense(tf.reshape(h, [16, -1]), 10, kernel_initializer=init(seed=2))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits))
+        train_op = tf.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+    sess = tf.Session(config=config)
+    sess.run(tf.global_variables_initializer())
+    losses = [sess.run([loss, train_op], {x: a, labels: b})[0] for a, b in data]
+    return np.array(losses), sess
+
+
+def test_a_captured_cnn_step_matches_op_by_op(real_gpu, capsys):
+    captured, sess = small_cnn_losses(tf.ConfigProto(cuda_graphs=True))
+    assert "CUDA graphs: not capturing" not in capsys.readouterr().err
+    assert len(captured_plans(sess)) == 1
+    plain, _ = small_cnn_losses(tf.ConfigProto(cuda_graphs=False))
+    np.testing.assert_allclose(captured, plain, rtol=1e-5)
+    assert len(set(captured.tolist())) == len(captured)      # each replay saw its batch
+
+
+def test_dropout_draws_a_new_mask_in_every_replay(real_gpu):
+    with tf.device("/gpu:0"):
+        y = tf.nn.dropout(tf.ones([64, 64]), rate=0.5, seed=1)
+    sess = tf.Session()
+    masks = [sess.run(y) != 0 for _ in range(4)]
+    assert len(captured_plans(sess)) == 1
+    assert all(not np.array_equal(masks[0], mask) for mask in masks[1:])
+
+
+def test_a_step_that_reads_on_the_host_falls_back_and_says_so(real_gpu, capsys):
+    with tf.device("/gpu:0"):
+        rate = tf.placeholder(tf.float32, [])
+        y = tf.reduce_sum(tf.nn.dropout(tf.ones([1000]), rate=rate, seed=1))
+    sess = tf.Session()
+    sums = [sess.run(y, {rate: 0.0}) for _ in range(3)]
+    assert sums == [1000.0] * 3
+    assert "capture failed" in capsys.readouterr().err
+    assert captured_plans(sess) == []

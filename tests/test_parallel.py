@@ -32,21 +32,24 @@ def batches(batch, steps=STEPS, seed=0):
 
 
 def train(towers, batch, optimizer=lambda: tf.train.MomentumOptimizer(0.1, 0.9),
-          all_reduce="cpu", bucket_bytes=4 << 20, check_replicas=True, data=None):
-    """Train; returns (losses, final variables of replica 0). towers=0: no strategy."""
+          all_reduce="cpu", bucket_bytes=4 << 20, check_replicas=True, data=None,
+          device_kind="cpu", config=None):
+    """Train; returns (losses, final variables of replica 0). towers=0: no
+    strategy, on /{device_kind}:0; else towers on /{device_kind}:0, 1, ..."""
     tf.reset_default_graph()
     x = tf.placeholder(tf.float32, [None, FEATURES])
     labels = tf.placeholder(tf.int64, [None])
     if towers == 0:
-        loss, _ = mlp((x, labels))
-        train_op = optimizer().minimize(loss)
+        with tf.device(f"/{device_kind}:0"):
+            loss, _ = mlp((x, labels))
+            train_op = optimizer().minimize(loss)
         replicas = [tf.trainable_variables()]
     else:
-        strategy = tf.parallel.DataParallel([f"/cpu:{i}" for i in range(towers)],
+        strategy = tf.parallel.DataParallel([f"/{device_kind}:{i}" for i in range(towers)],
                                             all_reduce=all_reduce, bucket_bytes=bucket_bytes)
         step = strategy.minimize(mlp, (x, labels), optimizer())
         train_op, loss, replicas = step.train_op, step.loss, step.replicas
-    sess = tf.Session()
+    sess = tf.Session(config=config)
     sess.run(tf.global_variables_initializer())
     losses = []
     for images, classes in data or batches(batch):

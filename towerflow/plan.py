@@ -35,7 +35,9 @@ class Plan:
         self._step_ops = {}
         ops = _needed_ops(targets, feeds)
         self.ops = ops
-        self._feed_slots, self._feed_converters = self._bind_feeds(feeds)
+        self._step_runtimes = {}
+        self._feed_slots, self._feed_checks, self._feed_placers = self._bind_feeds(feeds)
+        self.feed_runtimes = [runtime_of(placer.place(tensor.op)) for tensor in feeds]
         self.units = fusion.fuse(ops, targets, feeds, placer.place,
                                  lambda device: runtime_of(device).kernels) \
             if fusion.enabled() else ops
@@ -48,9 +50,32 @@ class Plan:
     # -- running -------------------------------------------------------------------
 
     def run(self, feed_values):
+        slots = self.place_feeds(self.check_feeds(feed_values))
+        self.run_steps(slots)
+        return self.fetch(slots)
+
+    # The pieces of ``run``, for plan_capture (which captures ``run_steps`` once
+    # into a CUDA graph and replays it on the same slots).
+
+    def check_feeds(self, feed_values):
+        """The fed values as host arrays of the fed tensors' dtypes, each checked
+        against its tensor's static shape (InvalidArgumentError if it differs)."""
+        return [check(value) for check, value in zip(self._feed_checks, feed_values)]
+
+    def place_feeds(self, host_values):
+        """A new list of value slots holding the plan's constants and the fed
+        values, each on its tensor's device."""
         slots = self._initial.copy()
-        for slot, convert, value in zip(self._feed_slots, self._feed_converters, feed_values):
-            slots[slot] = convert(value)
+        for slot, to_device, value in zip(self._feed_slots, self._feed_placers, host_values):
+            slots[slot] = to_device(value)
+        return slots
+
+    @property
+    def feed_slots(self):
+        return list(self._feed_slots)
+
+    def run_steps(self, slots):
+        """Run every step of the plan on ``slots``."""
         step = None
         try:
             for step in self._steps:
@@ -63,7 +88,15 @@ class Plan:
             error_type = errors.ResourceExhaustedError if isinstance(err, MemoryError) \
                 else errors.InvalidArgumentError
             raise error_type(None, op, f"{type(err).__name__} in op '{name}': {err}") from err
+
+    def fetch(self, slots):
+        """The fetched values (on the host) from ``slots`` after ``run_steps``."""
         return [fetch(slots) for fetch in self._fetchers]
+
+    def step_ops(self):
+        """(op, runtimes) of every step, in order: a kernel step has its device's
+        runtime, a copy step (target, source); a copy names the copied op."""
+        return [(self._step_ops[step], self._step_runtimes[step]) for step in self._steps]
 
     # -- compiling -----------------------------------------------------------------
 
@@ -72,15 +105,16 @@ class Plan:
         return len(self._initial) - 1
 
     def _bind_feeds(self, feeds):
-        slots, converters = [], []
+        slots, checks, placers = [], [], []
         for tensor in feeds:
             device = self._placer.place(tensor.op)
             slot = self._new_slot()
             self._slots[(tensor, device)] = slot
             self._aliases_state.add(slot)  # the caller's array: fetch a copy
             slots.append(slot)
-            converters.append(_feed_converter(tensor, self._runtime_of(device)))
-        return slots, converters
+            checks.append(_feed_check(tensor))
+            placers.append(self._runtime_of(device).to_device)
+        return slots, checks, placers
 
     def _bind_op(self, op):
         """Bind a graph op, or a fusion.FusedOp (which knows its device)."""
@@ -98,7 +132,8 @@ class Plan:
         if op.type == "Const":
             self._initial[out_slots[0]] = kernel()  # folded: made once, reused every run
             return
-        self._add_step(_make_step(kernel, in_slots, out_slots, op.op_def.variadic_outputs), op)
+        self._add_step(_make_step(kernel, in_slots, out_slots, op.op_def.variadic_outputs), op,
+                       runtime)
 
     def _forwards_without_a_step(self, op, device, in_slots):
         """Identity-like ops share their input's slot and NoOps order nothing in
@@ -138,12 +173,12 @@ class Plan:
         source = self._slots[(tensor, source_device)]
         target = self._new_slot()
         self._slots[(tensor, device)] = target
-        copy = _copy_step(self._runtime_of(device), self._runtime_of(source_device),
-                          source, target)
+        target_runtime, source_runtime = self._runtime_of(device), self._runtime_of(source_device)
+        copy = _copy_step(target_runtime, source_runtime, source, target)
         if self._initial[source] is not None:
             copy(self._initial)  # a constant: copy it once, at compile time
         else:
-            self._add_step(copy, tensor.op)
+            self._add_step(copy, tensor.op, (target_runtime, source_runtime))
         return target
 
     def _track_state_aliases(self, op, in_slots, out_slots):
@@ -154,9 +189,11 @@ class Plan:
         elif op.op_def.aliases_input and in_slots and in_slots[0] in self._aliases_state:
             self._aliases_state.update(out_slots)
 
-    def _add_step(self, step, op):
+    def _add_step(self, step, op, runtimes):
+        """``runtimes``: the step's device runtime, or (target, source) of a copy."""
         self._steps.append(step)
         self._step_ops[step] = op
+        self._step_runtimes[step] = runtimes if isinstance(runtimes, tuple) else (runtimes,)
 
     def _fetcher(self, target):
         if isinstance(target, Operation):  # run it, fetch None
@@ -197,16 +234,15 @@ def _unfed_message(op):
             f"{tensor.dtype.name} and shape {dims}")
 
 
-def _feed_converter(tensor, runtime):
+def _feed_check(tensor):
     """A function that checks a fed value against ``tensor``'s dtype and static
-    shape and puts it on the tensor's device."""
+    shape and returns it as a host array of that dtype."""
     dtype = np.dtype(tensor.dtype.as_numpy_dtype)
     dims = tensor.shape.dims
     known = None if dims is None else [(i, d) for i, d in enumerate(dims) if d is not None]
     rank = None if dims is None else len(dims)
-    to_device = runtime.to_device
 
-    def convert(value):
+    def check(value):
         array = value if type(value) is np.ndarray and value.dtype == dtype else \
             _coerce_feed(value, dtype, tensor)
         if rank is not None and (array.ndim != rank or
@@ -214,8 +250,8 @@ def _feed_converter(tensor, runtime):
             raise errors.InvalidArgumentError(
                 None, tensor.op, f"Cannot feed value of shape {array.shape} for Tensor "
                 f"'{tensor.name}', which has shape '{tensor.shape}'")
-        return to_device(array)
-    return convert
+        return array
+    return check
 
 
 def _coerce_feed(value, dtype, tensor):

@@ -9,7 +9,7 @@
 
 import contextlib
 
-from . import backends, errors
+from . import backends, errors, plan_capture
 from .device import runtime
 from .graph import core
 from .log import logger
@@ -30,17 +30,21 @@ class GPUOptions:
 
 class ConfigProto:
     """Session options: ``tf.ConfigProto(log_device_placement=True,
-    allow_soft_placement=True, device_count={'GPU': 0})``."""
+    allow_soft_placement=True, device_count={'GPU': 0})``.
+
+    ``cuda_graphs`` (towerflow's own): capture plans that run on a GPU into
+    CUDA graphs from their second run (see :mod:`towerflow.plan_capture`)."""
 
     def __init__(self, log_device_placement=False, allow_soft_placement=False,
                  device_count=None, gpu_options=None, intra_op_parallelism_threads=0,
-                 inter_op_parallelism_threads=0):
+                 inter_op_parallelism_threads=0, cuda_graphs=True):
         self.log_device_placement = log_device_placement
         self.allow_soft_placement = allow_soft_placement
         self.device_count = dict(device_count or {})
         self.gpu_options = gpu_options or GPUOptions()
         self.intra_op_parallelism_threads = intra_op_parallelism_threads
         self.inter_op_parallelism_threads = inter_op_parallelism_threads
+        self.cuda_graphs = bool(cuda_graphs)
 
 
 _default_session_stack = []
@@ -98,6 +102,9 @@ class Session:
         feeds = [self._feed_tensor(key) for key in feed_dict]
         plan = Plan(mapper.targets, feeds, self._placer, self._runtime_of, self._resource)
         self._log_new_placements(plan)
+        if plan_capture.enabled(self._config) and plan_capture.can_capture(plan):
+            plan = plan_capture.CapturingPlan(plan, plan_capture.session_cells(self._state),
+                                              _describe(mapper.targets))
         try:
             self._plans[(structure_key(fetches), tuple(feed_dict))] = (plan, mapper)
         except TypeError:
@@ -176,6 +183,12 @@ class InteractiveSession(Session):
         if self in _default_session_stack:
             _default_session_stack.remove(self)
         super().close()
+
+
+def _describe(targets):
+    names = [target.name for target in targets[:3]]
+    more = f" and {len(targets) - 3} more" if len(targets) > 3 else ""
+    return f"fetches [{', '.join(names)}]{more}"
 
 
 def _session_devices(config):

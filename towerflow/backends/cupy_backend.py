@@ -11,10 +11,17 @@ Each logical GPU gets its own runtime (:class:`CupyDevice`):
   allocation past it raises ResourceExhaustedError naming the device and
   its limit;
 - host to device copies staged through pinned memory, asynchronous on the
-  device's stream; device to host copies wait for that stream.
+  device's stream; device to host copies wait for that stream; copies
+  between GPUs order the two streams with events, never waiting on the host;
+- ``capture_steps``: a plan's steps recorded into one CUDA graph (see
+  towerflow/plan_capture.py).
+
+Reductions and sums run through CUB (CuPy's accelerators, on by default and
+asked for here); NcclAllReduce members run on ``cupy.cuda.nccl``.
 
 NOTE: written and unit-tested on a machine without a GPU; the GPU tests
-(tests/test_gpu_backend.py) skip there and are the checklist for a GPU run.
+(tests/test_gpu_backend.py, benchmarks/gpu_check.sh) skip there and are the
+checklist for a GPU run.
 """
 
 import contextlib
@@ -25,10 +32,31 @@ import numpy as np
 
 from .. import errors
 from ..graph import registry
+from ..parallel import nccl as nccl_ops
 from . import register_backend
 from .kernels import build_kernels
 
-KERNELS = build_kernels(cupy)      # the CPU kernels' code, over CuPy, unsplit
+
+def _nccl_member(ctx):
+    from cupy.cuda import nccl      # the library of the nvidia-nccl-cu12 wheel
+    return nccl_ops.make_member_kernel(ctx, nccl, cupy)
+
+
+def _use_cub():
+    """Reductions and scans through CUB: CuPy's default since v11, but an
+    environment's CUPY_ACCELERATORS may have turned it off."""
+    from cupy._core import _accelerator
+    cub = _accelerator.ACCELERATOR_CUB
+    for get, set_ in ((_accelerator.get_reduction_accelerators,
+                       _accelerator.set_reduction_accelerators),
+                      (_accelerator.get_routine_accelerators,
+                       _accelerator.set_routine_accelerators)):
+        if cub not in get():
+            set_([cub, *get()])
+
+
+_use_cub()
+KERNELS = {**build_kernels(cupy), "NcclAllReduce": _nccl_member}
 registry.register_kernels("GPU", KERNELS)
 
 _MB = 2**20
@@ -43,11 +71,13 @@ class CupyDevice:
         self.logical_device = logical_device
         self.name = logical_device.name
         self.memory_limit = logical_device.memory_limit
+        self.capture_group = logical_device.gpu.index   # one CUDA graph per physical GPU
         self.device = cupy.cuda.Device(logical_device.gpu.index)
         with self.device:
             self.stream = cupy.cuda.Stream(non_blocking=True)
             self.pool = cupy.cuda.MemoryPool()
             self.pool.set_limit(size=self.memory_limit)
+        self.malloc = self.pool.malloc     # a graph's own pool while it is captured
         self.kernels = _OnDevice(KERNELS, self)
 
     @contextlib.contextmanager
@@ -55,7 +85,7 @@ class CupyDevice:
         """Run on this logical GPU: its device, stream and memory pool, with
         CuPy's out-of-memory error turned into ResourceExhaustedError."""
         try:
-            with self.device, self.stream, cupy.cuda.using_allocator(self.pool.malloc):
+            with self.device, self.stream, cupy.cuda.using_allocator(self.malloc):
                 yield
         except cupy.cuda.memory.OutOfMemoryError as err:
             raise self._exhausted(err) from err
@@ -93,9 +123,24 @@ class CupyDevice:
         """``value`` from another runtime, as a new array on this GPU."""
         if not isinstance(source_runtime, CupyDevice):
             return self.to_device(source_runtime.to_host(value))
-        source_runtime.stream.synchronize()     # the value is complete
+        source_stream = source_runtime.stream
+        if source_stream is self.stream:        # one stream (as while captured)
+            with self.scope():
+                return cupy.array(value, copy=True)
+        # NOTE: the copy waits for the value on the device, not the host; and
+        # the source's later work (which may reuse value's memory once it is
+        # freed) waits for the copy.
+        self.stream.wait_event(source_stream.record())
         with self.scope():
-            return cupy.array(value, copy=True)
+            copied = cupy.array(value, copy=True)
+        source_stream.wait_event(self.stream.record())
+        return copied
+
+    def capture_steps(self, runtimes, run):
+        """Record ``run()`` (a plan's steps on ``runtimes``, logical GPUs of this
+        physical GPU) into a CUDA graph: a _GraphReplayer. Raises if a step
+        cannot be captured (it waited on the host, say); nothing has run then."""
+        return _capture(self, runtimes, run)
 
     def __repr__(self):
         return f"CupyDevice({self.name})"
@@ -103,6 +148,77 @@ class CupyDevice:
 
 def _keep_alive(pinned):
     del pinned
+
+
+def _capture(primary, runtimes, run):
+    """See CupyDevice.capture_steps. Every runtime queues on ``primary``'s
+    stream while captured (the graph is one sequence in plan order), and
+    allocates from the graph's own pool: the graph replays into the same
+    buffers, which nothing else may then reuse."""
+    others = [runtime for runtime in runtimes if runtime is not primary]
+    stream = primary.stream
+    headroom = sum(max(0, runtime.memory_limit - runtime.pool.total_bytes())
+                   for runtime in runtimes)
+    saved = [(runtime.stream, runtime.malloc) for runtime in runtimes]
+    with primary.device:
+        graph_pool = cupy.cuda.MemoryPool()
+        graph_pool.set_limit(size=headroom)
+        for runtime in others:      # their queued work (fed values) comes first
+            stream.wait_event(runtime.stream.record())
+        for runtime in runtimes:
+            runtime.stream, runtime.malloc = stream, graph_pool.malloc
+        try:
+            stream.begin_capture()
+            try:
+                run()
+            except BaseException:
+                _abandon_capture(stream)
+                raise
+            graph = stream.end_capture()
+        finally:
+            for runtime, (own_stream, malloc) in zip(runtimes, saved):
+                runtime.stream, runtime.malloc = own_stream, malloc
+    return _GraphReplayer(graph, graph_pool, primary, others)
+
+
+def _abandon_capture(stream):
+    try:
+        stream.end_capture()
+    except Exception:  # noqa: BLE001  (an invalidated capture ends with an error)
+        pass
+
+
+class _GraphReplayer:
+    """Replays one captured graph on its primary runtime's stream."""
+
+    def __init__(self, graph, graph_pool, primary, others):
+        self._graph = graph
+        self._graph_pool = graph_pool       # the graph's buffers live here
+        self._primary, self._others = primary, others
+        self._staging = {}                  # input buffer id -> (pinned, copied event)
+
+    def stage(self, buffer, host_value):
+        """Copy ``host_value`` into the graph's input ``buffer`` (through a
+        pinned buffer kept per input), queued before the next replay."""
+        pinned, copied = self._staging.get(id(buffer), (None, None))
+        if pinned is None:
+            pinned = cupyx.empty_pinned(buffer.shape, buffer.dtype)
+        elif copied is not None:
+            copied.synchronize()            # the last copy out of it is done
+        pinned[...] = host_value
+        stream = self._primary.stream
+        with self._primary.device:
+            buffer.set(pinned, stream=stream)
+            self._staging[id(buffer)] = (pinned, stream.record())
+
+    def replay(self):
+        stream = self._primary.stream
+        with self._primary.device:
+            self._graph.launch(stream)
+            if self._others:                # their fetches wait on their own streams
+                done = stream.record()
+                for runtime in self._others:
+                    runtime.stream.wait_event(done)
 
 
 class _OnDevice:

@@ -205,8 +205,8 @@ def _first_max_index(xp, x, out, lay):
 def _max_pool_grad(xp, parallel, x, code, grad, lay, relu_output=None):
     """Each window's gradient to its first maximum; overlapping windows add up.
     An infinite gradient is selected, never multiplied (inf * 0 would be NaN):
-    the image blocks multiply, each checking its gradient is finite, and if one
-    is not, all are done again by selecting. Given ``relu_output`` (the pooled
+    on the CPU the image blocks multiply, each checking its gradient is finite,
+    and if one is not, all are done again by selecting; on a GPU all select. Given ``relu_output`` (the pooled
     maxima), each block's gradient is first masked by ``relu_output > 0`` as
     ReluGrad masks it (multiplying, as TensorFlow's ReluGrad does). Tiling
     windows go to the compiled kernel where it is built (native.py)."""
@@ -221,8 +221,11 @@ def _max_pool_grad(xp, parallel, x, code, grad, lay, relu_output=None):
     if not exact_cover:
         dx.fill(0)
     infinite = []
+    # NOTE: on a GPU each block's check would wait for the device (and break
+    # CUDA-graph capture): CuPy selects from the start instead.
+    check_finite = xp is np
 
-    def work(start, stop, finite=True):
+    def work(start, stop, finite=check_finite):
         images = slice(start, stop)
         block = grad[images]
         if relu_output is not None:

@@ -1,0 +1,237 @@
+"""Stage 5, on GPUs: a step plan captured once into a CUDA graph, then replayed.
+
+A plan whose steps all run on logical GPUs of one physical GPU is run as
+usual the first time (that run makes the kernels' lazy state: compiled
+kernels, scratch buffers, NCCL communicators). On its second run its steps
+are *captured*: the device backend records every kernel, copy and collective
+they queue into one CUDA graph, and from then on each ``Session.run`` is
+
+1. the fed values checked and copied into the graph's own input buffers,
+2. one graph launch (instead of a Python call and a kernel launch per op),
+3. the fetched values copied back from the graph's own output buffers.
+
+A graph replays fixed buffers, so a plan is captured once per signature of
+fed shapes and dtypes (at most :data:`MAX_GRAPHS_PER_PLAN`), and captured
+again if a variable the plan uses was given a new buffer (an ``Assign`` of
+a new shape). Where capture is impossible the plan runs op by op, and the
+reason is logged once::
+
+    CUDA graphs: not capturing the plan of 3 fetches: op 'lr' (LearningRateSchedule)
+    evaluates its schedule in Python on each step's value
+
+Capture is on by default (``ConfigProto(cuda_graphs=True)``); pass
+``cuda_graphs=False``, or set ``TOWERFLOW_CUDA_GRAPHS=0``, to run every step
+op by op.
+
+The backend side is a runtime's ``capture_steps(runtimes, run)`` (see
+``CupyDevice``): it returns an object with ``replay()`` and ``stage(buffer,
+host_value)``, or raises with the reason capture failed.
+"""
+
+import os
+
+from . import errors
+from .backends.kernels import VariableCell
+from .log import logger
+
+MAX_GRAPHS_PER_PLAN = 4
+WARMUP_RUNS = 1
+
+# Ops whose kernels read a device value on the host: a graph cannot replay
+# that (capture would fail at the read), so plans with them run op by op.
+_HOST_READS = {
+    "LearningRateSchedule": "evaluates its schedule in Python on each step's value",
+    "MpiAllReduce": "exchanges host arrays over MPI",
+    "MpiBroadcast": "exchanges host arrays over MPI",
+    "TruncatedNormal": "redraws its tails until the host sees none left",
+}
+
+
+def enabled(config):
+    """Whether a Session with ``config`` captures its GPU plans."""
+    if os.environ.get("TOWERFLOW_CUDA_GRAPHS", "1").strip() == "0":
+        return False
+    return bool(getattr(config, "cuda_graphs", True))
+
+
+def can_capture(plan):
+    """Whether any runtime of ``plan`` captures graphs (else leave it alone)."""
+    return any(_captures(runtime) for _, runtimes in plan.step_ops() for runtime in runtimes)
+
+
+class CapturingPlan:
+    """``plan`` run op by op for its first runs, then replayed as CUDA graphs
+    (one per signature of fed shapes); ``state_cells()`` lists the Session's
+    variable cells. Same interface as the Plan it wraps: ``run``, ``ops``."""
+
+    def __init__(self, plan, state_cells, description):
+        self._plan = plan
+        self._state_cells = state_cells
+        self._description = description
+        self._runtimes = _plan_runtimes(plan)
+        self._graphs = {}
+        self._runs = 0
+        self.reason = static_reason(plan, self._runtimes)
+        if self.reason is not None:
+            self._log(self.reason)
+
+    @property
+    def ops(self):
+        return self._plan.ops
+
+    @property
+    def captured(self):
+        """How many graphs this plan holds (one per fed signature)."""
+        return len(self._graphs)
+
+    def run(self, feed_values):
+        plan = self._plan
+        if self.reason is not None:
+            return plan.run(feed_values)
+        self._runs += 1
+        if self._runs <= WARMUP_RUNS:
+            return plan.run(feed_values)
+        host_values = plan.check_feeds(feed_values)
+        key = tuple((value.shape, value.dtype.str) for value in host_values)
+        graph = self._graphs.get(key)
+        if graph is not None and graph.stale():
+            del self._graphs[key]
+            graph = None
+        if graph is None:
+            if len(self._graphs) >= MAX_GRAPHS_PER_PLAN:
+                return self._give_up(f"more than {MAX_GRAPHS_PER_PLAN} signatures of fed "
+                                     f"shapes (the latest: {[list(s) for s, _ in key]})",
+                                     host_values)
+            graph = self._capture(host_values)
+            if graph is None:
+                return self._eager(host_values)
+            self._graphs[key] = graph
+        else:
+            graph.stage(host_values)
+        graph.replay()
+        return plan.fetch(graph.slots)
+
+    # -- capturing -------------------------------------------------------------------
+
+    def _capture(self, host_values):
+        """A _CapturedStep for these fed values, or None (with the reason set and
+        logged) if this plan cannot be captured."""
+        plan = self._plan
+        slots = plan.place_feeds(host_values)     # the graph's own input buffers
+        cells = [cell for cell in self._state_cells() if cell.value is not None]
+        before = [cell.value for cell in cells]
+        try:
+            replayer = self._runtimes[0].capture_steps(self._runtimes,
+                                                       lambda: plan.run_steps(slots))
+        except Exception as err:  # noqa: BLE001  (any failure: run op by op, say why)
+            _restore(cells, before)   # nothing ran: undo any cell a kernel rebound
+            self._set_reason(f"capture failed: {_one_line(err)}")
+            return None
+        rebound = [cell for cell, value in zip(cells, before) if cell.value is not value]
+        if rebound:
+            _restore(cells, before)
+            self._set_reason(f"{len(rebound)} variable(s) got a new buffer while the step "
+                             "was captured (an Assign of a new shape?)")
+            return None
+        return _CapturedStep(replayer, slots, plan.feed_slots, cells)
+
+    def _eager(self, host_values):
+        """Run op by op after a failed capture (which ran nothing). If this run
+        fails too, the error was the step's own: capture may be tried again."""
+        plan = self._plan
+        slots = plan.place_feeds(host_values)
+        try:
+            plan.run_steps(slots)
+        except Exception:
+            self.reason, self._runs = None, 0
+            raise
+        return plan.fetch(slots)
+
+    def _give_up(self, reason, host_values):
+        self._set_reason(reason)
+        self._graphs.clear()
+        return self._eager(host_values)
+
+    def _set_reason(self, reason):
+        self.reason = reason
+        self._log(reason)
+
+    def _log(self, reason):
+        logger.info("CUDA graphs: not capturing the plan of %s: %s", self._description, reason)
+
+
+class _CapturedStep:
+    """One captured graph: its slots (inputs, outputs, intermediates), and the
+    variable buffers it was captured on."""
+
+    def __init__(self, replayer, slots, feed_slots, cells):
+        self._replayer = replayer
+        self.slots = slots
+        self._feed_buffers = [slots[slot] for slot in feed_slots]
+        self._cells = [(cell, cell.value) for cell in cells]
+
+    def stale(self):
+        """Whether a variable now lives in another buffer than the graph's."""
+        return any(cell.value is not value for cell, value in self._cells)
+
+    def stage(self, host_values):
+        for buffer, value in zip(self._feed_buffers, host_values):
+            self._replayer.stage(buffer, value)
+
+    def replay(self):
+        self._replayer.replay()
+
+
+def static_reason(plan, runtimes):
+    """Why ``plan`` cannot be captured, judged before trying (None: try)."""
+    for op, step_runtimes in plan.step_ops():
+        outside = [runtime for runtime in step_runtimes if not _captures(runtime)]
+        if outside:
+            return f"op '{op.name}' ({op.type}) runs on {outside[0].name}, outside the GPU"
+        if op.type in _HOST_READS:
+            return f"op '{op.name}' ({op.type}) {_HOST_READS[op.type]}"
+        if op.attrs.get("gated"):
+            return (f"op '{op.name}' ({op.type}) is gated by loss scaling, which reads "
+                    "the gate on the host")
+        if op.type in ("FusedBatchNorm", "FusedBatchNormGrad") and \
+                op.attrs.get("is_training") is None:
+            return f"op '{op.name}' ({op.type}) reads its fed training flag on the host"
+    for runtime in plan.feed_runtimes:
+        if not _captures(runtime):
+            return f"a fed value is placed on {runtime.name}, outside the GPU"
+    groups = sorted({runtime.capture_group for runtime in runtimes})
+    if len(groups) > 1:
+        return f"its steps span {len(groups)} physical GPUs ({groups})"
+    return None
+
+
+def _captures(runtime):
+    return getattr(runtime, "capture_group", None) is not None
+
+
+def _plan_runtimes(plan):
+    """The plan's distinct runtimes, in the order its steps first use them."""
+    seen = {}
+    for _, runtimes in plan.step_ops():
+        for runtime in runtimes:
+            seen.setdefault(id(runtime), runtime)
+    for runtime in plan.feed_runtimes:
+        seen.setdefault(id(runtime), runtime)
+    return list(seen.values())
+
+
+def session_cells(state):
+    """The VariableCells among a Session's state values."""
+    return lambda: [value for value in state.values() if isinstance(value, VariableCell)]
+
+
+def _restore(cells, values):
+    for cell, value in zip(cells, values):
+        cell.value = value
+
+
+def _one_line(err):
+    text = " ".join(str(getattr(err, "message", err)).split())
+    if not isinstance(err, errors.OpError):     # an OpError's text names the op
+        text = f"{type(err).__name__}: {text}"
+    return text[:300]
