@@ -205,3 +205,77 @@ def test_a_step_that_reads_on_the_host_falls_back_and_says_so(real_gpu, capsys):
     assert sums == [1000.0] * 3
     assert "capture failed" in capsys.readouterr().err
     assert captured_plans(sess) == []
+
+
+# -- fused elementwise kernels -----------------------------------------------------------
+
+
+def nvrtc_or_skip():
+    cupy_backend()
+    from cupy_backends.cuda.libs import nvrtc
+    try:
+        nvrtc.getVersion()
+    except Exception as err:  # noqa: BLE001  (no NVRTC library: nothing to compile with)
+        pytest.skip(f"NVRTC is not installed: {err}")
+    return nvrtc
+
+
+def spec_as_cuda(spec, ctype):
+    """The kernel's code in a function of its own: every parameter a local of
+    ``ctype`` (bools stay bool), T typedef'd to ``ctype``."""
+    declarations = []
+    for param in (spec.in_params + ", " + spec.out_params).split(","):
+        kind, name = param.split()
+        declarations.append(f"{'bool' if kind == 'bool' else ctype} {name} = 1;")
+    last = spec.out_params.split(",")[-1].split()[1]
+    return (f"typedef {ctype} T;\n"
+            f'extern "C" __global__ void {spec.name}({ctype}* sink) {{\n'
+            + "\n".join(declarations) + "\n" + spec.operation + f"\nsink[0] = {last};\n}}\n")
+
+
+@pytest.mark.parametrize("ctype", ["float", "double"])
+@pytest.mark.parametrize("name", ["MOMENTUM_UPDATE", "ADAM_UPDATE"])
+def test_fused_kernels_compile_with_nvrtc(name, ctype):
+    nvrtc = nvrtc_or_skip()
+    spec = getattr(cupy_backend(), name)
+    program = nvrtc.createProgram(spec_as_cuda(spec, ctype), f"{spec.name}.cu", (), ())
+    try:
+        nvrtc.compileProgram(program, ["-arch=compute_80"])
+    except nvrtc.NVRTCError:
+        pytest.fail(nvrtc.getProgramLog(program))
+    assert spec.name.encode() in nvrtc.getPTX(program)
+
+
+def test_a_broken_kernel_fails_the_compile_check():
+    nvrtc = nvrtc_or_skip()
+    module = cupy_backend()
+    broken = module.ElementwiseSpec("T grad", "T var", "var = var - undefined_name;", "broken")
+    program = nvrtc.createProgram(spec_as_cuda(broken, "float"), "broken.cu", (), ())
+    with pytest.raises(nvrtc.NVRTCError):
+        nvrtc.compileProgram(program, ["-arch=compute_80"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("optimizer", ["momentum", "nesterov", "adam"])
+def test_fused_updates_match_the_ufunc_chain(real_gpu, optimizer, dtype, rng):
+    """Three steps of each optimizer on /gpu:0 (fused kernels) against the
+    NumPy kernels on /cpu:0."""
+    make = {"momentum": lambda: tf.train.MomentumOptimizer(0.1, 0.9),
+            "nesterov": lambda: tf.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
+            "adam": lambda: tf.train.AdamOptimizer(0.01)}[optimizer]
+    start = rng.standard_normal((33, 7)).astype(dtype)
+    grads = [rng.standard_normal((33, 7)).astype(dtype) for _ in range(3)]
+    results = []
+    for device in ("/cpu:0", "/gpu:0"):
+        tf.reset_default_graph()
+        with tf.device(device):
+            var = tf.Variable(start)
+            grad = tf.placeholder(tf.as_dtype(dtype), start.shape)
+            step = make().apply_gradients([(grad, var)])
+        sess = tf.Session(config=tf.ConfigProto(cuda_graphs=False))
+        sess.run(tf.global_variables_initializer())
+        for value in grads:
+            sess.run(step, {grad: value})
+        results.append(sess.run(var))
+    tolerance = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(results[1], results[0], rtol=tolerance, atol=tolerance)

@@ -55,8 +55,60 @@ def _use_cub():
             set_([cub, *get()])
 
 
+class ElementwiseSpec:
+    """An elementwise CUDA kernel as CuPy's ElementwiseKernel takes it (kept
+    as data so a test can compile its code with NVRTC on a machine without a
+    GPU). Type letters other than T stand for the dtype of a 0-d argument."""
+
+    def __init__(self, in_params, out_params, operation, name):
+        self.in_params, self.out_params = in_params, out_params
+        self.operation, self.name = operation, name
+
+    def kernel(self):
+        return cupy.ElementwiseKernel(self.in_params, self.out_params, self.operation,
+                                      self.name)
+
+
+# The optimizer updates, one launch each instead of the 4 (momentum) or 11
+# (Adam) ufunc launches of training_kernels, with the same arithmetic in the
+# same order (the compiler may still contract a * b + c into one rounding).
+MOMENTUM_UPDATE = ElementwiseSpec(
+    "T grad, L lr, M momentum, bool nesterov", "T var, T accum",
+    """accum = accum * (T)momentum + grad;
+       T step = nesterov ? (accum * (T)momentum + grad) * (T)lr : accum * (T)lr;
+       var = var - step;""",
+    "towerflow_momentum_update")
+ADAM_UPDATE = ElementwiseSpec(
+    "T grad, A alpha, B beta1, C beta2, E epsilon", "T var, T m, T v",
+    """m = m + (grad - m) * (T)(1 - beta1);
+       v = v + (grad * grad - v) * (T)(1 - beta2);
+       var = var - m / (sqrt(v) + (T)epsilon) * (T)alpha;""",
+    "towerflow_adam_update")
+
+
+class FusedUpdates:
+    """The fused optimizer updates (float32 and float64 variables; others keep
+    the ufunc chain). Each updates its arrays in place."""
+
+    def __init__(self):
+        self._momentum, self._adam = MOMENTUM_UPDATE.kernel(), ADAM_UPDATE.kernel()
+
+    def momentum(self, var, accum, grad, learning_rate, momentum, nesterov):
+        if var.dtype.itemsize < 4:
+            return False
+        self._momentum(grad, learning_rate, momentum, bool(nesterov), var, accum)
+        return True
+
+    def adam(self, var, m, v, grad, alpha, beta1, beta2, epsilon):
+        if var.dtype.itemsize < 4:
+            return False
+        self._adam(grad, alpha, beta1, beta2, epsilon, var, m, v)
+        return True
+
+
 _use_cub()
-KERNELS = {**build_kernels(cupy), "NcclAllReduce": _nccl_member}
+KERNELS = {**build_kernels(cupy, fused_updates=FusedUpdates()),
+           "NcclAllReduce": _nccl_member}
 registry.register_kernels("GPU", KERNELS)
 
 _MB = 2**20

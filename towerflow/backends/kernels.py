@@ -23,9 +23,10 @@ from .parallel_kernels import build_parallel_kernels
 from .training_kernels import build_training_kernels
 
 
-def build_kernels(xp, parallel=SERIAL):
+def build_kernels(xp, parallel=SERIAL, fused_updates=None):
     """The kernel table for array module ``xp``; ``parallel`` (see
-    :mod:`.cpu_threads`) splits the big kernels across CPU threads."""
+    :mod:`.cpu_threads`) splits the big kernels across CPU threads;
+    ``fused_updates``: see training_kernels.build_training_kernels."""
     table = {}
     table.update(_source_kernels(xp))
     table.update(_elementwise_kernels(xp, parallel))
@@ -36,7 +37,7 @@ def build_kernels(xp, parallel=SERIAL):
     table.update(build_gradient_kernels(xp))
     table.update(build_activation_kernels(xp, parallel))
     table.update(build_nn_kernels(xp, parallel))
-    table.update(build_training_kernels(xp))
+    table.update(build_training_kernels(xp, fused_updates))
     table.update(build_parallel_kernels(xp))
     for name in ("FusedBatchNorm", "FusedBatchNormGrad"):
         table[name] = _training_switch(table[name])

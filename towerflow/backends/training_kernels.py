@@ -18,12 +18,14 @@ from .. import errors
 from . import kernels as _kernels
 
 
-def build_training_kernels(xp):
-    """The training kernel table for array module ``xp``."""
+def build_training_kernels(xp, fused_updates=None):
+    """The training kernel table for array module ``xp``. ``fused_updates``
+    (the GPU's, see cupy_backend.FusedUpdates) replaces the momentum and Adam
+    arithmetic, a chain of ufuncs here, with one elementwise kernel each."""
     return {
         "ApplyGradientDescent": lambda ctx: _gated(ctx, _gradient_descent_kernel(xp, ctx)),
-        "ApplyMomentum": lambda ctx: _gated(ctx, _momentum_kernel(xp, ctx)),
-        "ApplyAdam": lambda ctx: _gated(ctx, _adam_kernel(xp, ctx)),
+        "ApplyMomentum": lambda ctx: _gated(ctx, _momentum_kernel(xp, ctx, fused_updates)),
+        "ApplyAdam": lambda ctx: _gated(ctx, _adam_kernel(xp, ctx, fused_updates)),
         "LearningRateSchedule": lambda ctx: _schedule_kernel(xp, ctx),
     }
 
@@ -112,7 +114,7 @@ def _gradient_descent_kernel(xp, ctx):
     return apply
 
 
-def _momentum_kernel(xp, ctx):
+def _momentum_kernel(xp, ctx, fused_updates=None):
     var_cell, (accum_cell,), scratch, fail = _setup(ctx)
     weight_decay, nesterov = ctx.attrs["weight_decay"], ctx.attrs["use_nesterov"]
 
@@ -122,6 +124,9 @@ def _momentum_kernel(xp, ctx):
             fail(var, grad, accum)
         if weight_decay:
             _decay(xp, var, learning_rate, weight_decay)
+        if fused_updates is not None and fused_updates.momentum(
+                var, accum, grad, learning_rate, momentum, nesterov):
+            return var
         xp.multiply(accum, momentum, out=accum)       # accum = momentum * accum + grad
         xp.add(accum, grad, out=accum)
         step = scratch.buffer
@@ -137,7 +142,7 @@ def _momentum_kernel(xp, ctx):
     return apply
 
 
-def _adam_kernel(xp, ctx):
+def _adam_kernel(xp, ctx, fused_updates=None):
     var_cell, (m_cell, v_cell), scratch, fail = _setup(ctx)
     weight_decay = ctx.attrs["weight_decay"]
 
@@ -148,6 +153,9 @@ def _adam_kernel(xp, ctx):
         if weight_decay:
             _decay(xp, var, learning_rate, weight_decay)
         alpha = learning_rate * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
+        if fused_updates is not None and fused_updates.adam(
+                var, m, v, grad, alpha, beta1, beta2, epsilon):
+            return var
         step = scratch.buffer
         if step is None or step.shape != var.shape:
             step = scratch.renew(xp, var)
