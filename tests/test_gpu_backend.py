@@ -279,3 +279,82 @@ def test_fused_updates_match_the_ufunc_chain(real_gpu, optimizer, dtype, rng):
         results.append(sess.run(var))
     tolerance = 1e-6 if dtype == np.float32 else 1e-13
     np.testing.assert_allclose(results[1], results[0], rtol=tolerance, atol=tolerance)
+
+
+# -- SEED_PROGRAMS.md on a real GPU -------------------------------------------------------
+
+P1_A = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def p1_matmul():
+    a = tf.constant(P1_A, shape=[2, 3], name="a")
+    b = tf.constant(P1_A, shape=[3, 2], name="b")
+    return tf.matmul(a, b)
+
+
+def placements(log):
+    return dict(line.split(": ", 1) for line in log.splitlines() if ": /job:" in line)
+
+
+def test_p1_ops_prefer_the_gpu_and_the_mapping_names_it(real_gpu, capsys):
+    c = p1_matmul()
+    value = tf.Session(config=tf.ConfigProto(log_device_placement=True)).run(c)
+    np.testing.assert_array_equal(value, [[22.0, 28.0], [49.0, 64.0]])
+    log = capsys.readouterr().err
+    assert "Device mapping:" in log and "/job:localhost/replica:0/task:0/device:GPU:0" in log
+    assert placements(log)["MatMul"].endswith("device:GPU:0")
+
+
+def test_p2_pinned_inputs_on_the_cpu_and_matmul_on_the_gpu(real_gpu, capsys):
+    with tf.device("/cpu:0"):
+        a = tf.constant(P1_A, shape=[2, 3], name="a")
+        b = tf.constant(P1_A, shape=[3, 2], name="b")
+    c = tf.matmul(a, b)
+    value = tf.Session(config=tf.ConfigProto(log_device_placement=True)).run(c)
+    np.testing.assert_array_equal(value, [[22.0, 28.0], [49.0, 64.0]])
+    placed = placements(capsys.readouterr().err)
+    assert placed["a"].endswith("CPU:0") and placed["MatMul"].endswith("GPU:0")
+
+
+def test_p3_a_missing_gpu_is_refused_or_softly_placed_on_gpu0(real_gpu, capsys):
+    with tf.device("/gpu:7"):
+        c = p1_matmul()
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="Could not satisfy explicit device specification"):
+        tf.Session().run(c)
+    soft = tf.Session(config=tf.ConfigProto(log_device_placement=True,
+                                            allow_soft_placement=True))
+    np.testing.assert_array_equal(soft.run(c), [[22.0, 28.0], [49.0, 64.0]])
+    assert placements(capsys.readouterr().err)["MatMul"].endswith("GPU:0")
+
+
+def test_p4_towers_on_logical_gpus_summed_on_the_cpu(real_gpu, capsys):
+    split_gpu(4)
+    towers = []
+    for device in ["/gpu:2", "/gpu:3"]:
+        with tf.device(device):
+            towers.append(p1_matmul())
+    with tf.device("/cpu:0"):
+        total = tf.add_n(towers)
+    value = tf.Session(config=tf.ConfigProto(log_device_placement=True)).run(total)
+    np.testing.assert_array_equal(value, [[44.0, 56.0], [98.0, 128.0]])
+    placed = placements(capsys.readouterr().err)
+    assert placed["AddN"].endswith("CPU:0")
+    assert sorted(device[-5:] for name, device in placed.items()
+                  if name.startswith("MatMul")) == ["GPU:2", "GPU:3"]
+
+
+def test_p7_four_logical_gpus_each_capped_at_their_limit(real_gpu):
+    assert tf.test.gpu_device_name() == "/device:GPU:0"
+    gpus = tf.config.list_physical_devices("GPU")
+    tf.config.set_visible_devices(gpus[0], "GPU")
+    tf.config.experimental.set_virtual_device_configuration(
+        gpus[0], [tf.config.experimental.VirtualDeviceConfiguration(memory_limit=1024)] * 4)
+    assert len(tf.config.list_logical_devices("GPU")) == 4
+    with tf.device("/gpu:3"):
+        fits = tf.reduce_sum(tf.ones([64, 1024, 1024]))       # 256 MiB
+        too_big = tf.reduce_sum(tf.ones([320, 1024, 1024]))   # 1280 MiB
+    sess = tf.Session()
+    assert sess.run(fits) == 64 * 1024 * 1024
+    with pytest.raises(tf.errors.ResourceExhaustedError, match=r"GPU:3.*1024 MiB"):
+        sess.run(too_big)

@@ -70,3 +70,16 @@ def test_p8_lower_temperature_sharpens_and_sampling_follows():
     for p, drawn in zip(probs, draws):
         frequencies = np.bincount(drawn[0], minlength=4) / drawn.shape[1]
         np.testing.assert_allclose(frequencies, p[0], atol=0.015)
+
+
+@needs_mnist
+def test_p6_on_the_gpu_reaches_090_like_the_cpu():
+    pytest.importorskip("cupy", reason="the GPU variant needs CuPy")
+    from towerflow.device import physical
+    if not physical.probe_gpus()[0]:
+        pytest.skip(f"needs a GPU: {physical.probe_gpus()[1]}")
+    mnist = input_data.read_data_sets(str(MNIST_SMALL), one_hot=True, seed=0)
+    start = time.perf_counter()
+    accuracy = p6_softmax_regression(mnist, device="/gpu:0")
+    print(f"P6 on GPU: accuracy {accuracy:.4f} in {time.perf_counter() - start:.2f} s")
+    assert accuracy >= 0.90
