@@ -3,6 +3,7 @@ resume on another tower count, the JSON summary, and one-line CLI errors."""
 
 import csv
 import json
+import math
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ from towerflow.recipes import get
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
                                       "(pip install 'towerflow[data]')")
 JSON_KEYS = {"recipe", "devices", "towers", "all_reduce", "steps", "final_loss",
-             "test_accuracy", "samples_per_sec", "wall_seconds"}
+             "test_accuracy", "samples_per_sec", "wall_seconds", "precision"}
 
 
 def towers(count):
@@ -59,6 +60,14 @@ def test_resume_with_another_tower_count(tmp_path, no_gpu):
     rows = curve(tmp_path)
     assert [row["epoch"] for row in rows] == ["1", "2", "3"]
     assert result["test_accuracy"] >= 0.9
+
+
+def test_mixed_precision_training_learns_and_restores_the_policy(no_gpu):
+    result = training.fit(get("digits"), towers(1), epochs=1, steps=12, quiet=True,
+                          precision="mixed_float16")
+    assert result["precision"] == "mixed_float16" and math.isfinite(result["final_loss"])
+    assert result["test_accuracy"] >= 0.5
+    assert tf.mixed_precision.global_policy().name == "float32"    # restored afterwards
 
 
 def run_cli(*args):

@@ -17,6 +17,8 @@ def add_train_parser(commands):
     where.add_argument("--cpu-towers", type=int, help="N logical CPUs as towers")
     train.add_argument("--all-reduce", default="auto",
                        choices=["auto", "cpu", "local", "nccl", "mpi"])
+    train.add_argument("--precision", default="float32", choices=["float32", "mixed_float16"],
+                       help="mixed_float16: float16 compute, float32 weights, loss scaling")
     train.add_argument("--batch-size", type=int)
     length = train.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int)
@@ -43,6 +45,7 @@ def run_train(args):
     devices = choose_devices(args)
     result = training.fit(recipe, devices, all_reduce=args.all_reduce,
                           batch_size=args.batch_size, epochs=args.epochs, steps=args.steps,
+                          precision=args.precision,
                           seed=args.seed, data_dir=args.data_dir,
                           checkpoint_dir=args.checkpoint_dir, resume=args.resume,
                           log_device_placement=args.log_device_placement,
@@ -58,7 +61,8 @@ def run_train(args):
 # when not given (--seed, --json-out and --quiet apply to every recipe).
 _UNSET = {"devices": None, "towers": None, "cpu_towers": None, "all_reduce": "auto",
           "batch_size": None, "epochs": None, "steps": None, "data_dir": None,
-          "checkpoint_dir": None, "resume": False, "log_device_placement": False}
+          "checkpoint_dir": None, "resume": False, "log_device_placement": False,
+          "precision": "float32"}
 
 
 def run_script(recipe, args):

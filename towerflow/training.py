@@ -11,6 +11,7 @@ logits, the optimizer and its defaults. ``fit`` does the rest::
     result['test_accuracy']
 """
 
+import contextlib
 import json
 import os
 import time
@@ -18,7 +19,7 @@ import time
 import numpy as np
 
 from . import data as data_module
-from . import losses, progress
+from . import losses, mixed_precision, progress
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
@@ -30,9 +31,11 @@ EVAL_BATCH = 1000
 
 def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=None,
         seed=0, data_dir=None, checkpoint_dir=None, resume=False,
-        log_device_placement=False, quiet=False, json_out=None):
+        log_device_placement=False, quiet=False, json_out=None, precision="float32"):
     """Train ``recipe`` on ``devices`` (one tower each); returns the summary dict
-    (the keys of ``--json-out``)."""
+    (the keys of ``--json-out``). ``precision``: 'float32', or 'mixed_float16'
+    (the mixed-precision policy while the model is built, and dynamic loss
+    scaling; see towerflow.mixed_precision)."""
     splits = recipe.load(data_dir)
     batch_size = int(batch_size or recipe.defaults["batch_size"])
     epochs = int(epochs or recipe.defaults["epochs"])
@@ -42,14 +45,16 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     normalisation = {key: options[key] for key in ("mean", "std", "scale") if key in options}
     graph = core.Graph()
     with graph.as_default():
-        model = _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs)
+        with _policy(precision):
+            model = _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs,
+                           precision)
         model.normalisation = normalisation
         sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
         first_epoch = _start(sess, model, pipeline, checkpoint_dir, resume)
         result = _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, steps,
                         checkpoint_dir, quiet or not model.is_chief)
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
-                  all_reduce=model.strategy.communicator.name)
+                  all_reduce=model.strategy.communicator.name, precision=precision)
     if json_out and model.is_chief:
         write_json(json_out, result)
     pipeline.close()
@@ -63,7 +68,18 @@ class _Model:
         self.__dict__.update(pieces)
 
 
-def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs):
+@contextlib.contextmanager
+def _policy(precision):
+    """The global mixed-precision policy ``precision`` while the model is built."""
+    previous = mixed_precision.global_policy()
+    mixed_precision.set_global_policy(precision)
+    try:
+        yield
+    finally:
+        mixed_precision.set_global_policy(previous)
+
+
+def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs, precision):
     from .ops.random_ops import set_random_seed
     set_random_seed(seed)
     images = constant_ops.placeholder("float32", [None] + list(splits.train.images.shape[1:]),
@@ -76,6 +92,8 @@ def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs):
     def tower_fn(inputs):
         shard_images, shard_labels = inputs
         logits = recipe.logits(shard_images, training)
+        if logits.dtype.name != "float32":      # float16 under mixed precision
+            logits = math_ops.cast(logits, "float32")
         tower_logits.append(logits)
         loss = _loss(logits, shard_labels, classes, recipe.label_smoothing)
         correct = math_ops.equal(math_ops.argmax(logits, 1), shard_labels)
@@ -83,6 +101,8 @@ def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs):
 
     global_step = get_or_create_global_step()
     optimizer = recipe.optimizer(global_step, pipeline.batches_per_epoch, epochs)
+    if precision == "mixed_float16":
+        optimizer = mixed_precision.LossScaleOptimizer(optimizer)
     strategy = DataParallel(devices, all_reduce=all_reduce)
     step = strategy.minimize(tower_fn, (images, labels), optimizer, global_step=global_step)
     saver = Saver(max_to_keep=3)

@@ -1,0 +1,301 @@
+"""Training-step throughput on one GPU: towerflow beside PyTorch eager.
+
+The network is the cifar10 recipe's (towerflow/recipes/cifar10.py): conv3x3-
+batch-norm-ReLU blocks of widths 32, 64 and 128, each with a 2x2 max pool and
+a residual conv, a global max pool and a dense layer to 10 classes. Both
+frameworks get the same batch (512 by default) of host images each step, in
+the same precision, channels-last, with Nesterov momentum SGD at a constant
+learning rate, and are measured alternately in one run (towerflow with CUDA
+graphs, towerflow op by op, PyTorch, then again), so they see the same GPU.
+
+Three tables:
+
+1. samples/s at ``--batch`` (median over rounds), and towerflow / PyTorch;
+2. host time per step (µs) at batch 32, where the host bounds the step,
+   with and without CUDA graphs (and PyTorch's, for reference);
+3. SEED_PROGRAMS.md P6 (MNIST softmax regression, 10 epochs of batch 100) on
+   /cpu:0 and on /gpu:0: seconds and test accuracy.
+
+    python benchmarks/gpu_peers.py [--batch 512] [--rounds 5] [--steps 20]
+        [--precision float32|mixed_float16] [--json FILE] [--device /gpu:0]
+
+Writes JSON (default benchmarks/results/gpu_peers.json). ``--device /cpu:0``
+runs the same tables on the CPU (a smoke test of the script; PyTorch on its
+CPU). PyTorch is skipped with a message when it is not installed.
+
+NOTE: towerflow's weight decay is decoupled (SGDW, ``var *= 1 - lr * wd``) and
+PyTorch's SGD adds ``wd * var`` to the gradient: the same work, not the same
+numbers; this benchmark compares speed only.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+import towerflow as tf
+from towerflow.device import physical
+from towerflow.recipes.cifar10 import RECIPE, WIDTHS
+
+LEARNING_RATE, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
+HOST_BOUND_BATCH = 32
+MNIST_SMALL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist-small"
+
+
+def make_batches(batch, count=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((batch, 32, 32, 3), dtype=np.float32),
+             rng.integers(0, 10, batch).astype(np.int64)) for _ in range(count)]
+
+
+# -- towerflow -----------------------------------------------------------------------
+
+
+class TowerflowStep:
+    """One training step of the recipe's network on ``device``: ``run(batch)``
+    queues it, ``finish()`` waits for the device to finish."""
+
+    def __init__(self, batch, precision, device, cuda_graphs):
+        graph = tf.Graph()
+        previous = tf.mixed_precision.global_policy()
+        tf.mixed_precision.set_global_policy(precision)
+        try:
+            with graph.as_default(), tf.device(device):
+                tf.set_random_seed(0)
+                self.x = tf.placeholder(tf.float32, [batch, 32, 32, 3])
+                self.labels = tf.placeholder(tf.int64, [batch])
+                logits = tf.cast(RECIPE.logits(self.x, training=True), tf.float32)
+                self.loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=self.labels, logits=logits))
+                optimizer = tf.train.MomentumOptimizer(
+                    LEARNING_RATE, MOMENTUM, use_nesterov=True, weight_decay=WEIGHT_DECAY)
+                if precision == "mixed_float16":
+                    optimizer = tf.mixed_precision.LossScaleOptimizer(optimizer)
+                with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+                    self.train_op = optimizer.minimize(self.loss)
+                self.weights = tf.trainable_variables()[0]
+                init = tf.global_variables_initializer()
+        finally:
+            tf.mixed_precision.set_global_policy(previous)
+        self.sess = tf.Session(graph=graph, config=tf.ConfigProto(cuda_graphs=cuda_graphs))
+        self.sess.run(init)
+
+    def run(self, batch):
+        self.sess.run(self.train_op, {self.x: batch[0], self.labels: batch[1]})
+
+    def finish(self):
+        self.sess.run(self.weights)         # a copy to the host: waits for the step
+
+
+# -- PyTorch -------------------------------------------------------------------------
+
+
+class TorchStep:
+    """The same network and step in PyTorch eager, channels-last."""
+
+    def __init__(self, torch, batch, precision, device):
+        nn = torch.nn
+        torch.manual_seed(0)
+        self.torch, self.device = torch, device
+        self.model = _torch_network(nn).to(device, memory_format=torch.channels_last)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE,
+                                         momentum=MOMENTUM, nesterov=True,
+                                         weight_decay=WEIGHT_DECAY)
+        self.mixed = precision == "mixed_float16"
+        self.scaler = torch.amp.GradScaler("cuda") if self.mixed else None
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def run(self, batch):
+        torch = self.torch
+        images = torch.from_numpy(batch[0]).permute(0, 3, 1, 2)       # NHWC in memory
+        images = images.to(self.device, non_blocking=True,
+                           memory_format=torch.channels_last)
+        labels = torch.from_numpy(batch[1]).to(self.device, non_blocking=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=self.device.split(":")[0], dtype=torch.float16,
+                            enabled=self.mixed):
+            loss = self.loss_fn(self.model(images).float(), labels)
+        if self.mixed:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+
+    def finish(self):
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+
+def _torch_network(nn):
+    def conv_bn(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+                             nn.BatchNorm2d(cout, eps=1e-3, momentum=0.1), nn.ReLU())
+
+    class Block(nn.Module):
+        def __init__(self, cin, width):
+            super().__init__()
+            self.conv, self.pool, self.residual = conv_bn(cin, width), nn.MaxPool2d(2), \
+                conv_bn(width, width)
+
+        def forward(self, x):
+            y = self.pool(self.conv(x))
+            return y + self.residual(y)
+
+    class Network(nn.Module):
+        def __init__(self):
+            super().__init__()
+            widths = (WIDTHS[0],) + WIDTHS
+            self.stem = conv_bn(3, WIDTHS[0])
+            self.blocks = nn.Sequential(*[Block(cin, w) for cin, w in zip(widths, WIDTHS)])
+            self.dense = nn.Linear(WIDTHS[-1], 10, bias=False)
+
+        def forward(self, x):
+            y = self.blocks(self.stem(x)).amax(dim=(2, 3))            # global max pool
+            return self.dense(y) * 0.125
+
+    return Network()
+
+
+# -- timing --------------------------------------------------------------------------
+
+
+def steps_per_second(runner, batches, steps):
+    start = time.perf_counter()
+    for i in range(steps):
+        runner.run(batches[i % len(batches)])
+    runner.finish()
+    return steps / (time.perf_counter() - start)
+
+
+def alternate(runners, batches, rounds, steps):
+    """Median steps/s of each runner, measured in turn, round after round."""
+    for runner in runners.values():      # warm-up: plans, capture, cuDNN/cuBLAS choices
+        for batch in batches[:3]:
+            runner.run(batch)
+        runner.finish()
+    rates = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, runner in runners.items():
+            rates[name].append(steps_per_second(runner, batches, steps))
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def make_runners(torch, batch, precision, device):
+    runners = {"towerflow_graphs": TowerflowStep(batch, precision, device, True),
+               "towerflow_op_by_op": TowerflowStep(batch, precision, device, False)}
+    if torch is not None:
+        runners["pytorch"] = TorchStep(torch, batch, precision, _torch_device(device))
+    return runners
+
+
+def _torch_device(device):
+    spec = tf.DeviceSpec.from_string(device)
+    return f"cuda:{spec.device_index or 0}" if spec.device_type == "GPU" else "cpu"
+
+
+def throughput_table(torch, args):
+    rates = alternate(make_runners(torch, args.batch, args.precision, args.device),
+                      make_batches(args.batch), args.rounds, args.steps)
+    best = max(rates["towerflow_graphs"], rates["towerflow_op_by_op"])
+    row = {name: rate * args.batch for name, rate in rates.items()}
+    row["ratio"] = best / rates["pytorch"] if "pytorch" in rates else None
+    print(f"\nsamples/s, batch {args.batch}, {args.precision}, {args.device}")
+    for name, value in rates.items():
+        print(f"  {name:<20} {value * args.batch:>10.0f}")
+    ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
+    print(f"  {'ratio':<20} {ratio:>10}   (the better towerflow / pytorch)")
+    return row
+
+
+def host_time_table(torch, args):
+    rates = alternate(make_runners(torch, HOST_BOUND_BATCH, args.precision, args.device),
+                      make_batches(HOST_BOUND_BATCH), args.rounds, 4 * args.steps)
+    row = {name: 1e6 / rate for name, rate in rates.items()}
+    print(f"\nµs per step, batch {HOST_BOUND_BATCH} (host-bound), {args.precision}")
+    for name, value in row.items():
+        print(f"  {name:<20} {value:>10.0f}")
+    return row
+
+
+def p6_table(args):
+    """P6 as SEED_PROGRAMS.md writes it, on /cpu:0 and on ``args.device``."""
+    if not MNIST_SMALL.is_dir():
+        print(f"\nP6 skipped: {MNIST_SMALL} not found")
+        return None
+    from towerflow.examples.tutorials.mnist import input_data
+    rows = {}
+    for device in dict.fromkeys(["/cpu:0", args.device]):
+        mnist = input_data.read_data_sets(str(MNIST_SMALL), one_hot=True, seed=0)
+        start = time.perf_counter()
+        accuracy = _p6(mnist, device)
+        rows[device] = {"seconds": time.perf_counter() - start, "accuracy": float(accuracy)}
+    print("\nP6 (MNIST softmax regression, 10 epochs, batch 100)")
+    for device, row in rows.items():
+        print(f"  {device:<8} {row['seconds']:>7.2f} s   accuracy {row['accuracy']:.4f}")
+    return rows
+
+
+def _p6(mnist, device, epochs=10, batch_size=100, learning_rate=0.1):
+    with tf.Graph().as_default(), tf.device(device):
+        x = tf.placeholder(tf.float32, [None, 784])
+        W = tf.Variable(tf.zeros([784, 10]))
+        b = tf.Variable(tf.zeros([10]))
+        y = tf.nn.softmax(tf.matmul(x, W) + b)
+        y_ = tf.placeholder(tf.float32, [None, 10])
+        cross_entropy = tf.reduce_mean(-tf.reduce_sum(y_ * tf.log(y), reduction_indices=[1]))
+        train_step = tf.train.GradientDescentOptimizer(learning_rate).minimize(cross_entropy)
+        correct = tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1))
+        accuracy = tf.reduce_mean(tf.cast(correct, tf.float32))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for _ in range(epochs):
+                for _ in range(mnist.train.num_examples // batch_size):
+                    batch_xs, batch_ys = mnist.train.next_batch(batch_size)
+                    sess.run(train_step, feed_dict={x: batch_xs, y_: batch_ys})
+            return sess.run(accuracy, feed_dict={x: mnist.test.images, y_: mnist.test.labels})
+
+
+def import_torch():
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch is not installed: measuring towerflow alone")
+        return None
+    return torch
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--precision", default="float32", choices=["float32", "mixed_float16"])
+    parser.add_argument("--device", default="/gpu:0")
+    parser.add_argument("--skip-p6", action="store_true")
+    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
+                                                       "gpu_peers.json"))
+    args = parser.parse_args()
+    torch = import_torch()
+    result = {"benchmark": "gpu_peers", "device": args.device, "batch": args.batch,
+              "precision": args.precision, "throughput_samples_per_s": throughput_table(
+                  torch, args),
+              "host_us_per_step": host_time_table(torch, args),
+              "p6": None if args.skip_p6 else p6_table(args),
+              "gpu": [gpu.name for gpu in physical.probe_gpus()[0]],
+              "torch": getattr(torch, "__version__", None), "numpy": np.__version__,
+              "python": platform.python_version()}
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as out:
+        json.dump(result, out, indent=2)
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
