@@ -79,7 +79,7 @@ def _policy(precision):
         mixed_precision.set_global_policy(previous)
 
 
-def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs, precision):
+def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs, precision="float32"):
     from .ops.random_ops import set_random_seed
     set_random_seed(seed)
     images = constant_ops.placeholder("float32", [None] + list(splits.train.images.shape[1:]),
