@@ -214,7 +214,7 @@ def _capture(primary, runtimes, run):
     saved = [(runtime.stream, runtime.malloc) for runtime in runtimes]
     with primary.device:
         graph_pool = cupy.cuda.MemoryPool()
-        graph_pool.set_limit(size=headroom)
+        graph_pool.set_limit(size=max(headroom, 1))     # 0 would mean no limit
         for runtime in others:      # their queued work (fed values) comes first
             stream.wait_event(runtime.stream.record())
         for runtime in runtimes:

@@ -206,10 +206,11 @@ def _max_pool_grad(xp, parallel, x, code, grad, lay, relu_output=None):
     """Each window's gradient to its first maximum; overlapping windows add up.
     An infinite gradient is selected, never multiplied (inf * 0 would be NaN):
     on the CPU the image blocks multiply, each checking its gradient is finite,
-    and if one is not, all are done again by selecting; on a GPU all select. Given ``relu_output`` (the pooled
-    maxima), each block's gradient is first masked by ``relu_output > 0`` as
-    ReluGrad masks it (multiplying, as TensorFlow's ReluGrad does). Tiling
-    windows go to the compiled kernel where it is built (native.py)."""
+    and if one is not, all are done again by selecting; on a GPU all select.
+    Given ``relu_output`` (the pooled maxima), each block's gradient is first
+    masked by ``relu_output > 0`` as ReluGrad masks it (multiplying, as
+    TensorFlow's ReluGrad does). Tiling windows go to the compiled kernel
+    where it is built (native.py)."""
     dx = xp.empty(x.shape, grad.dtype)
     if native.max_pool_grad_applies(code, grad, lay, dx, relu_output):
         _by_images(xp, parallel, x.shape[0], x.size, lambda start, stop: native.max_pool_grad(
