@@ -225,41 +225,21 @@ def host_time_table(torch, args):
 
 
 def p6_table(args):
-    """P6 as SEED_PROGRAMS.md writes it, on /cpu:0 and on ``args.device``."""
+    """P6 on /cpu:0 and on ``args.device``: the mnist_softmax recipe's run."""
     if not MNIST_SMALL.is_dir():
         print(f"\nP6 skipped: {MNIST_SMALL} not found")
         return None
-    from towerflow.examples.tutorials.mnist import input_data
-    rows = {}
-    for device in dict.fromkeys(["/cpu:0", args.device]):
-        mnist = input_data.read_data_sets(str(MNIST_SMALL), one_hot=True, seed=0)
-        start = time.perf_counter()
-        accuracy = _p6(mnist, device)
-        rows[device] = {"seconds": time.perf_counter() - start, "accuracy": float(accuracy)}
+    from towerflow.recipes.mnist_softmax import MnistSoftmaxRecipe
+    options = argparse.Namespace(
+        data_dir=str(MNIST_SMALL), devices=",".join(dict.fromkeys(["/cpu:0", args.device])),
+        epochs=10, steps=None, batch_size=100, seed=0, log_device_placement=False)
+    run = MnistSoftmaxRecipe().run(options)
+    rows = {device: {"seconds": run["timings"][device], "accuracy": run["accuracies"][device]}
+            for device in run["devices"]}
     print("\nP6 (MNIST softmax regression, 10 epochs, batch 100)")
     for device, row in rows.items():
         print(f"  {device:<8} {row['seconds']:>7.2f} s   accuracy {row['accuracy']:.4f}")
     return rows
-
-
-def _p6(mnist, device, epochs=10, batch_size=100, learning_rate=0.1):
-    with tf.Graph().as_default(), tf.device(device):
-        x = tf.placeholder(tf.float32, [None, 784])
-        W = tf.Variable(tf.zeros([784, 10]))
-        b = tf.Variable(tf.zeros([10]))
-        y = tf.nn.softmax(tf.matmul(x, W) + b)
-        y_ = tf.placeholder(tf.float32, [None, 10])
-        cross_entropy = tf.reduce_mean(-tf.reduce_sum(y_ * tf.log(y), reduction_indices=[1]))
-        train_step = tf.train.GradientDescentOptimizer(learning_rate).minimize(cross_entropy)
-        correct = tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1))
-        accuracy = tf.reduce_mean(tf.cast(correct, tf.float32))
-        with tf.Session() as sess:
-            sess.run(tf.global_variables_initializer())
-            for _ in range(epochs):
-                for _ in range(mnist.train.num_examples // batch_size):
-                    batch_xs, batch_ys = mnist.train.next_batch(batch_size)
-                    sess.run(train_step, feed_dict={x: batch_xs, y_: batch_ys})
-            return sess.run(accuracy, feed_dict={x: mnist.test.images, y_: mnist.test.labels})
 
 
 def import_torch():
