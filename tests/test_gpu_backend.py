@@ -15,6 +15,8 @@ import towerflow as tf
 from towerflow import backends
 from towerflow.device import physical, runtime
 from towerflow.graph import registry
+from test_ops import placement
+from test_seed_programs import P1_RESULT, P4_RESULT, VALUES, build_p1
 
 
 def cupy_backend():
@@ -283,49 +285,36 @@ def test_fused_updates_match_the_ufunc_chain(real_gpu, optimizer, dtype, rng):
 
 # -- SEED_PROGRAMS.md on a real GPU -------------------------------------------------------
 
-P1_A = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-
-
-def p1_matmul():
-    a = tf.constant(P1_A, shape=[2, 3], name="a")
-    b = tf.constant(P1_A, shape=[3, 2], name="b")
-    return tf.matmul(a, b)
-
-
-def placements(log):
-    return dict(line.split(": ", 1) for line in log.splitlines() if ": /job:" in line)
-
-
 def test_p1_ops_prefer_the_gpu_and_the_mapping_names_it(real_gpu, capsys):
-    c = p1_matmul()
+    c = build_p1()
     value = tf.Session(config=tf.ConfigProto(log_device_placement=True)).run(c)
-    np.testing.assert_array_equal(value, [[22.0, 28.0], [49.0, 64.0]])
+    np.testing.assert_array_equal(value, P1_RESULT)
     log = capsys.readouterr().err
     assert "Device mapping:" in log and "/job:localhost/replica:0/task:0/device:GPU:0" in log
-    assert placements(log)["MatMul"].endswith("device:GPU:0")
+    assert placement(log)["MatMul"].endswith("device:GPU:0")
 
 
 def test_p2_pinned_inputs_on_the_cpu_and_matmul_on_the_gpu(real_gpu, capsys):
     with tf.device("/cpu:0"):
-        a = tf.constant(P1_A, shape=[2, 3], name="a")
-        b = tf.constant(P1_A, shape=[3, 2], name="b")
+        a = tf.constant(VALUES, shape=[2, 3], name="a")
+        b = tf.constant(VALUES, shape=[3, 2], name="b")
     c = tf.matmul(a, b)
     value = tf.Session(config=tf.ConfigProto(log_device_placement=True)).run(c)
-    np.testing.assert_array_equal(value, [[22.0, 28.0], [49.0, 64.0]])
-    placed = placements(capsys.readouterr().err)
+    np.testing.assert_array_equal(value, P1_RESULT)
+    placed = placement(capsys.readouterr().err)
     assert placed["a"].endswith("CPU:0") and placed["MatMul"].endswith("GPU:0")
 
 
 def test_p3_a_missing_gpu_is_refused_or_softly_placed_on_gpu0(real_gpu, capsys):
     with tf.device("/gpu:7"):
-        c = p1_matmul()
+        c = build_p1()
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="Could not satisfy explicit device specification"):
         tf.Session().run(c)
     soft = tf.Session(config=tf.ConfigProto(log_device_placement=True,
                                             allow_soft_placement=True))
-    np.testing.assert_array_equal(soft.run(c), [[22.0, 28.0], [49.0, 64.0]])
-    assert placements(capsys.readouterr().err)["MatMul"].endswith("GPU:0")
+    np.testing.assert_array_equal(soft.run(c), P1_RESULT)
+    assert placement(capsys.readouterr().err)["MatMul"].endswith("GPU:0")
 
 
 def test_p4_towers_on_logical_gpus_summed_on_the_cpu(real_gpu, capsys):
@@ -333,12 +322,12 @@ def test_p4_towers_on_logical_gpus_summed_on_the_cpu(real_gpu, capsys):
     towers = []
     for device in ["/gpu:2", "/gpu:3"]:
         with tf.device(device):
-            towers.append(p1_matmul())
+            towers.append(build_p1())
     with tf.device("/cpu:0"):
         total = tf.add_n(towers)
     value = tf.Session(config=tf.ConfigProto(log_device_placement=True)).run(total)
-    np.testing.assert_array_equal(value, [[44.0, 56.0], [98.0, 128.0]])
-    placed = placements(capsys.readouterr().err)
+    np.testing.assert_array_equal(value, P4_RESULT)
+    placed = placement(capsys.readouterr().err)
     assert placed["AddN"].endswith("CPU:0")
     assert sorted(device[-5:] for name, device in placed.items()
                   if name.startswith("MatMul")) == ["GPU:2", "GPU:3"]

@@ -36,8 +36,8 @@ class Plan:
         ops = _needed_ops(targets, feeds)
         self.ops = ops
         self._step_runtimes = {}
-        self._feed_slots, self._feed_checks, self._feed_placers = self._bind_feeds(feeds)
-        self.feed_runtimes = [runtime_of(placer.place(tensor.op)) for tensor in feeds]
+        self._feed_slots, self._feed_checks, self.feed_runtimes = self._bind_feeds(feeds)
+        self._feed_placers = [runtime.to_device for runtime in self.feed_runtimes]
         self.units = fusion.fuse(ops, targets, feeds, placer.place,
                                  lambda device: runtime_of(device).kernels) \
             if fusion.enabled() else ops
@@ -105,7 +105,8 @@ class Plan:
         return len(self._initial) - 1
 
     def _bind_feeds(self, feeds):
-        slots, checks, placers = [], [], []
+        """(slots, checks, runtimes) of the fed tensors."""
+        slots, checks, runtimes = [], [], []
         for tensor in feeds:
             device = self._placer.place(tensor.op)
             slot = self._new_slot()
@@ -113,8 +114,8 @@ class Plan:
             self._aliases_state.add(slot)  # the caller's array: fetch a copy
             slots.append(slot)
             checks.append(_feed_check(tensor))
-            placers.append(self._runtime_of(device).to_device)
-        return slots, checks, placers
+            runtimes.append(self._runtime_of(device))
+        return slots, checks, runtimes
 
     def _bind_op(self, op):
         """Bind a graph op, or a fusion.FusedOp (which knows its device)."""
