@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import towerflow as tf
-from towerflow import backends
+from towerflow import backends, simgpu
 from towerflow.backends import cpu_threads, numpy_backend
 from towerflow.device import physical, runtime
 from towerflow.device.physical import GpuInfo
@@ -56,11 +56,43 @@ _REAL_GPU = []
 
 def devices_under_test():
     """The devices the op suites run every case on: the four logical CPUs
-    always, and /gpu:0 (marked ``gpu``) when a real GPU is present."""
+    always, and /gpu:0 (marked ``gpu``): a real GPU where one is present,
+    else the simulated GPU (towerflow.simgpu)."""
     cpus = [pytest.param(f"/cpu:{i}", id=f"cpu{i}") for i in range(N_LOGICAL_CPUS)]
-    gpus = [pytest.param("/gpu:0", id="gpu0", marks=pytest.mark.gpu)] \
-        if real_gpu_present() else []
-    return cpus + gpus
+    return cpus + [pytest.param("/gpu:0", id="gpu0", marks=pytest.mark.gpu)]
+
+
+def use_gpu_backend(simulated_gpus=1, monkeypatch=None):
+    """Serve GPUs with the CuPy backend: on the real GPU where one is present,
+    else on ``simulated_gpus`` simulated GPUs (also for subprocesses, through
+    TOWERFLOW_SIMULATED_GPUS when ``monkeypatch`` is given). Returns the
+    backend module; undo with :func:`release_gpu_backend`."""
+    if not real_gpu_present():
+        simgpu.install(gpus=simulated_gpus)
+        if monkeypatch is not None:
+            monkeypatch.setenv(simgpu.ENV_VARIABLE, str(simulated_gpus))
+    physical.set_gpu_probe(None)
+    from towerflow.backends import cupy_backend
+    registry.register_kernels("GPU", cupy_backend.KERNELS)
+    backends.register_backend("GPU", cupy_backend.CupyDevice)
+    return cupy_backend
+
+
+def release_gpu_backend():
+    registry.unregister_kernels("GPU")
+    backends.unregister_backend("GPU")
+    if simgpu.is_installed():
+        simgpu.uninstall()
+
+
+@pytest.fixture
+def gpu_backend(request, monkeypatch):
+    """The CuPy backend on a GPU, real or simulated (see use_gpu_backend); a
+    test asks for more simulated GPUs with ``@pytest.mark.simulated_gpus(n)``."""
+    marker = request.node.get_closest_marker("simulated_gpus")
+    module = use_gpu_backend(marker.args[0] if marker else 1, monkeypatch)
+    yield module
+    release_gpu_backend()
 
 
 def placed_name(device):
@@ -73,6 +105,9 @@ def placed_name(device):
 def op_device(request):
     """Each device of :func:`devices_under_test`, with the CPU split in four."""
     split_cpu()
+    if request.param.startswith("/gpu"):
+        use_gpu_backend()
+        request.addfinalizer(release_gpu_backend)
     return request.param
 
 

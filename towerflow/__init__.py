@@ -13,6 +13,7 @@ CuPy (GPU), built for data-parallel training over many devices.
 import types as _types
 
 from . import backends as _backends  # noqa: F401
+from . import simgpu as _simgpu
 from .backends import numpy_backend as _numpy_backend  # noqa: F401  (CPU kernels)
 from . import (config, data, device_lib, errors, layers, losses, mixed_precision, nn,
                parallel, train)
@@ -96,3 +97,7 @@ random = _types.SimpleNamespace(
     uniform=random_uniform, truncated_normal=truncated_normal,
     set_random_seed=set_random_seed, set_seed=set_random_seed)
 __version__ = "0.1.0"
+
+# A process started with TOWERFLOW_SIMULATED_GPUS=N (a test's subprocess, or each
+# rank under `towerflow launch`) sees N simulated GPUs instead of CuPy's.
+_simgpu.install_from_environment()

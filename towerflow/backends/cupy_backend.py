@@ -150,7 +150,8 @@ class CupyDevice:
 
     def to_device(self, host_value):
         """A host value on this GPU, copied through pinned memory on the stream."""
-        host = np.ascontiguousarray(host_value)
+        # NOTE: not np.ascontiguousarray, which turns a 0-d value into shape (1,).
+        host = np.asarray(host_value, order="C")
         with self.scope():
             if host.nbytes == 0:
                 return cupy.asarray(host)

@@ -59,6 +59,11 @@ class NumpyDevice:
 
     @staticmethod
     def copy_from(value, source_device):
+        """``value`` from ``source_device``, as a new host array. A GPU's array
+        comes through its runtime's ``to_host`` (which waits for its stream):
+        CuPy refuses ``np.array`` of a device array."""
+        if not isinstance(value, np.ndarray) and hasattr(source_device, "to_host"):
+            return np.array(source_device.to_host(value), copy=True)
         return np.array(value, copy=True)
 
     def __repr__(self):

@@ -1,0 +1,133 @@
+"""A strict simulated GPU: a NumPy-backed stand-in for the part of CuPy that
+towerflow uses, which enforces CUDA's rules instead of ignoring them.
+
+What it checks (each violation raises, naming what and where):
+
+- **device ownership**: arrays live on the GPU that was current when they
+  were made; a kernel given an array of another GPU raises ValueError as
+  CuPy does; an event recorded on another device's stream, or a copy queued
+  on another device's stream, raises cudaErrorInvalidResourceHandle;
+- **stream order**: work runs at once, but each block of device memory
+  remembers which stream wrote it last and which read it since; an access
+  not ordered after those (no synchronize, no event wait) raises RaceError.
+  Freed blocks are reused per stream with their history, as CuPy's pools do;
+- **the host**: ``np.asarray(x)`` of a device array raises TypeError as in
+  CuPy; a host read (``x.get()``, ``bool(x)``) waits for the stream; the host
+  may not write a pinned buffer that an asynchronous copy may still read;
+- **capture**: a capturing stream records its work into a graph that
+  ``launch`` replays (fresh outputs stay unwritten, NaN, until then);
+  synchronising, reading on the host, copying from pageable memory and
+  allocating from a pool that also serves work outside the graph raise;
+- **memory**: pools count bytes and refuse past ``set_limit``, with
+  CuPy's OutOfMemoryError;
+- **NCCL**: communicators in one process (``initAll``, groups) and across
+  MPI ranks; a collective some ranks never join raises instead of hanging.
+
+Use it in a test, or in a process through ``TOWERFLOW_SIMULATED_GPUS``::
+
+    from towerflow import simgpu
+    with simgpu.installed(gpus=2):
+        import cupy                     # the simulated one
+        x = cupy.arange(4.0)
+
+    $ TOWERFLOW_SIMULATED_GPUS=2 towerflow launch -n 2 ...
+
+It is no model of speed, and runs user CUDA code only where it can: the
+C subset of ElementwiseKernel, and RawKernels with a registered NumPy
+reference (:func:`register_reference`).
+"""
+
+import contextlib
+import os
+import sys
+
+from . import clock, modules, nccl, state
+from .clock import CUDARuntimeError, RaceError
+from .kernels import register_reference
+
+__all__ = [
+    "ENV_VARIABLE",
+    "CUDARuntimeError",
+    "RaceError",
+    "install",
+    "installed",
+    "is_installed",
+    "register_reference",
+    "uninstall",
+]
+
+ENV_VARIABLE = "TOWERFLOW_SIMULATED_GPUS"
+DEFAULT_NAME = "Simulated NVIDIA H100 80GB HBM3"
+DEFAULT_MEMORY = 80 * 2**30
+_SAVED = {}
+
+
+def install(gpus=1, memory_bytes=DEFAULT_MEMORY, name=DEFAULT_NAME):
+    """Put ``gpus`` simulated GPUs in place of CuPy (in ``sys.modules``), and
+    make towerflow load its GPU backend against them.
+
+    Example::
+
+        >>> install(gpus=4)
+        >>> import cupy; cupy.cuda.runtime.getDeviceCount()
+        4
+    """
+    if is_installed():
+        uninstall()
+    state.set_world(clock.World(int(gpus), int(memory_bytes), name))
+    nccl.reset()
+    built = modules.build(name, int(memory_bytes))
+    for module_name, module in built.items():
+        _SAVED.setdefault(module_name, sys.modules.get(module_name))
+        sys.modules[module_name] = module
+    _reload_towerflow_gpu_backend()
+
+
+def uninstall():
+    """Give CuPy back (the real one, if it was imported) and unload the GPU
+    backend that was built on the simulator."""
+    for module_name, module in _SAVED.items():
+        if module is None:
+            sys.modules.pop(module_name, None)
+        else:
+            sys.modules[module_name] = module
+    _SAVED.clear()
+    state.set_world(None)
+    _reload_towerflow_gpu_backend()
+
+
+def is_installed():
+    return state._STATE["world"] is not None
+
+
+@contextlib.contextmanager
+def installed(gpus=1, memory_bytes=DEFAULT_MEMORY, name=DEFAULT_NAME):
+    """:func:`install` for the duration of a ``with`` block."""
+    install(gpus, memory_bytes, name)
+    try:
+        yield sys.modules["cupy"]
+    finally:
+        uninstall()
+
+
+def _reload_towerflow_gpu_backend():
+    """The GPU backend binds ``cupy`` when imported: drop it, so the next GPU
+    device imports it again against whichever CuPy is in place."""
+    sys.modules.pop("towerflow.backends.cupy_backend", None)
+    from towerflow import backends
+    if hasattr(backends, "cupy_backend"):     # else `from . import` finds the old one
+        del backends.cupy_backend
+    from towerflow.graph import registry
+    registry.unregister_kernels("GPU")
+    backends.unregister_backend("GPU")
+
+
+def install_from_environment():
+    """Install the simulator if ``TOWERFLOW_SIMULATED_GPUS`` asks for it (read
+    once when towerflow is imported: a launched process inherits it)."""
+    value = os.environ.get(ENV_VARIABLE, "").strip()
+    if not value:
+        return
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{ENV_VARIABLE} must be a number of GPUs >= 1, got {value!r}")
+    install(gpus=int(value))

@@ -1,0 +1,371 @@
+"""``cupy.ndarray`` on the simulated GPUs, and the launch of work on them.
+
+An array is a NumPy view into one device :class:`~.memory.Block`, on the
+device it was made on. Every function of the simulated ``cupy`` module runs
+through :func:`launch`: it checks that the arrays live on the current device
+(as CuPy does), then either runs the NumPy computation now on the current
+stream (checking and recording each block's reads and writes, see
+:mod:`.clock`), or, while the stream captures, records it into the graph and
+leaves the outputs unwritten (poisoned) until a replay.
+
+As in CuPy, a NumPy array is never taken where a device array is expected
+(TypeError), an array never turns into a NumPy array implicitly
+(``np.asarray(x)`` raises TypeError), and reading a value on the host
+(``bool(x)``, ``x.item()``, ``x.get()``) is a synchronous copy on the
+current stream, refused while a stream captures.
+"""
+
+import numbers
+
+import numpy as np
+
+from . import clock as clocks
+from . import state
+from .memory import MemoryPointer, PinnedArray
+
+
+class Work:
+    """One kernel or copy: ``run()`` does it in NumPy; ``reads``/``writes`` are
+    the blocks it touches."""
+
+    __slots__ = ("host_reads", "name", "reads", "run", "writes")
+
+    def __init__(self, name, run, reads=(), writes=(), host_reads=()):
+        self.name, self.run = name, run
+        self.reads, self.writes, self.host_reads = reads, writes, host_reads
+
+    def execute(self, stream):
+        clock = stream.issue()
+        where = f"'{self.name}'"
+        for block in self.reads:
+            block.check_read(clock, stream.key, where)
+        for block in self.writes:
+            block.check_write(clock, stream.key, where)
+        result = self.run()
+        for block in self.reads:
+            block.note_read(stream.key, stream.seq)
+        for block in self.writes:
+            block.note_write(stream.key, stream.seq)
+        for pinned in self.host_reads:
+            pinned.note_device_read(stream.key, stream.seq)
+        return result
+
+
+def submit(work):
+    """Run ``work`` on the current stream now, or record it if that stream
+    captures. Returns whether it ran."""
+    world = state.world()
+    stream = world.current_stream()
+    graph = world.capture_of(stream)
+    if graph is None:
+        work.execute(stream)
+        return True
+    graph.add(work.execute)
+    return False
+
+
+def host_read(array, stream=None):
+    """A synchronous device-to-host copy of ``array`` (a NumPy copy)."""
+    world = state.world()
+    stream = world.current_stream() if stream is None else stream
+    world.refuse_during_capture(f"a device-to-host copy of a {array.shape} array")
+    copied = {}
+    Work("device-to-host copy", lambda: copied.setdefault("value", array._view.copy()),
+         reads=(array.data.block,)).execute(stream)
+    world.host_waits_for(stream.done_clock())
+    return copied["value"]
+
+
+class ndarray:
+    """cupy.ndarray on a simulated GPU."""
+
+    __array_priority__ = 100
+
+    def __init__(self, shape, dtype=float, memptr=None, strides=None, order="C"):
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+        if memptr is None:
+            memptr = allocate(int(np.prod(shape)) * dtype.itemsize)
+        flat = memptr.block.buffer[memptr.offset:]
+        count = int(np.prod(shape))
+        view = flat[:count * dtype.itemsize].view(dtype)
+        view = np.lib.stride_tricks.as_strided(view, shape, strides) if strides \
+            else view.reshape(shape, order=order)
+        _bind(self, view, memptr)
+
+    # -- what it is ------------------------------------------------------------------
+
+    shape = property(lambda self: self._view.shape)
+    dtype = property(lambda self: self._view.dtype)
+    ndim = property(lambda self: self._view.ndim)
+    size = property(lambda self: self._view.size)
+    itemsize = property(lambda self: self._view.itemsize)
+    nbytes = property(lambda self: self._view.nbytes)
+    strides = property(lambda self: self._view.strides)
+    flags = property(lambda self: self._view.flags)
+
+    @property
+    def device(self):
+        from .devices import Device
+        return Device(self.data.device_id)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def __len__(self):
+        return len(self._view)
+
+    def __repr__(self):
+        return f"array({host_read(self)!r}, simulated GPU {self.data.device_id})"
+
+    # -- conversions to the host -------------------------------------------------------
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. "
+                        "Please use `.get()` to construct a NumPy array explicitly.")
+
+    def get(self, stream=None, order="C", out=None, blocking=True):
+        value = host_read(self, stream)
+        if out is not None:
+            out[...] = value
+            return out
+        return np.asarray(value, order=order)
+
+    def item(self):
+        return host_read(self).item()
+
+    def tolist(self):
+        return host_read(self).tolist()
+
+    def __bool__(self):
+        return bool(host_read(self))
+
+    def __int__(self):
+        return int(host_read(self))
+
+    def __float__(self):
+        return float(host_read(self))
+
+    def __index__(self):
+        return host_read(self).__index__()
+
+    def set(self, arr, stream=None):
+        """Copy the host array ``arr`` in; asynchronous on ``stream`` (given a
+        pinned buffer, which the host must not write until the copy is done)."""
+        if isinstance(arr, ndarray) or not isinstance(arr, np.ndarray):
+            raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray, got {type(arr)}")
+        if arr.shape != self.shape:
+            raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        world = state.world()
+        stream = world.current_stream() if stream is None else stream
+        if stream.device_id != self.data.device_id:
+            raise clocks.CUDARuntimeError(clocks.ERROR_INVALID_RESOURCE_HANDLE,
+                                          "cudaErrorInvalidResourceHandle: a copy to GPU "
+                                          f"{self.data.device_id} on a stream of GPU "
+                                          f"{stream.device_id}")
+        pinned = (arr,) if isinstance(arr, PinnedArray) else ()
+        source = arr if pinned else arr.copy()      # pageable: staged at the call
+        work = Work("host-to-device copy", lambda: _assign(self._view, source),
+                    writes=(self.data.block,), host_reads=pinned)
+        if world.capture_of(stream) is not None:
+            if not pinned:
+                raise clocks.capture_error("a copy from pageable host memory")
+            world.capture_of(stream).add(work.execute)
+        else:
+            work.execute(stream)
+
+    # -- everything else runs through launch() --------------------------------------------
+
+    def __getattr__(self, name):
+        method = getattr(np.ndarray, name, None)
+        if name.startswith("_") or not callable(method):
+            raise AttributeError(f"'cupy.ndarray' object has no attribute '{name}'")
+        in_place = name in _IN_PLACE_METHODS
+        return lambda *args, **kwargs: launch(method, (self, *args), kwargs, name,
+                                              written=(self,) if in_place else ())
+
+    def __getitem__(self, index):
+        return launch(np.ndarray.__getitem__, (self, index), {}, "getitem")
+
+    def __setitem__(self, index, value):
+        launch(np.ndarray.__setitem__, (self, index, value), {}, "setitem", written=(self,))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        function = ufunc if method == "__call__" else getattr(ufunc, method)
+        return launch(function, inputs, kwargs, ufunc.__name__)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return launch(func, args, kwargs, func.__name__)
+
+
+def _binary(ufunc, reflected=False, in_place=False):
+    def operator(self, other):
+        args = (other, self) if reflected else (self, other)
+        if in_place:
+            return launch(ufunc, args, {"out": self}, ufunc.__name__)
+        return launch(ufunc, args, {}, ufunc.__name__)
+    return operator
+
+
+_OPERATORS = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+              "truediv": np.true_divide, "floordiv": np.floor_divide, "mod": np.remainder,
+              "pow": np.power, "matmul": np.matmul, "and": np.bitwise_and,
+              "or": np.bitwise_or, "xor": np.bitwise_xor, "lshift": np.left_shift,
+              "rshift": np.right_shift}
+for _name, _ufunc in _OPERATORS.items():
+    setattr(ndarray, f"__{_name}__", _binary(_ufunc))
+    setattr(ndarray, f"__r{_name}__", _binary(_ufunc, reflected=True))
+    setattr(ndarray, f"__i{_name}__", _binary(_ufunc, in_place=True))
+for _name, _ufunc in {"lt": np.less, "le": np.less_equal, "gt": np.greater,
+                      "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}.items():
+    setattr(ndarray, f"__{_name}__", _binary(_ufunc))
+ndarray.__neg__ = lambda self: launch(np.negative, (self,), {}, "negative")
+ndarray.__pos__ = lambda self: launch(np.positive, (self,), {}, "positive")
+ndarray.__abs__ = lambda self: launch(np.absolute, (self,), {}, "absolute")
+ndarray.__invert__ = lambda self: launch(np.invert, (self,), {}, "invert")
+ndarray.__hash__ = None
+
+_IN_PLACE_METHODS = {"fill", "sort", "partition", "put", "itemset", "setfield"}
+
+
+def _bind(array, view, memptr):
+    array._view, array.data = view, memptr
+    return array
+
+
+def _assign(destination, value):
+    destination[...] = value
+
+
+def allocate(nbytes):
+    """A MemoryPointer from the current allocator, on the current device."""
+    memptr = state.allocator()(max(int(nbytes), 0))
+    world = state.world()
+    if memptr.device_id != world.current_device:
+        raise ValueError(f"the allocator gave memory on GPU {memptr.device_id} while GPU "
+                         f"{world.current_device} is current")
+    return memptr
+
+
+def new_array(shape, dtype):
+    return ndarray(shape, dtype)
+
+
+# -- launching NumPy computations as device work ----------------------------------------------
+
+
+def launch(function, args, kwargs, name, written=(), cross_device=False):
+    """Run ``function`` (a NumPy callable) on device arrays as one kernel."""
+    world = state.world()
+    arrays = []
+    numpy_args = _unwrap(args, arrays)
+    numpy_kwargs = _unwrap(kwargs, arrays)
+    outs = _out_arrays(kwargs) + list(written)
+    _check_devices(arrays + outs, world.current_device, name, cross_device)
+    with np.errstate(all="ignore"):
+        result = function(*numpy_args, **numpy_kwargs)
+    wrapped, fresh = _wrap_result(result, arrays)
+    if not fresh and not outs:
+        return wrapped             # views and metadata only: no device work
+    capturing = world.capture_of(world.current_stream()) is not None
+    first = [] if capturing else [result]   # a replay computes on its own inputs
+
+    def run():
+        if first:
+            values = first.pop()
+        else:
+            with np.errstate(all="ignore"):
+                values = function(*_unwrap(args, []), **_unwrap(kwargs, []))
+        _store(fresh, values)
+    writes = _blocks(outs) + [array.data.block for _, array in fresh]
+    submit(Work(name, run, reads=_blocks(arrays), writes=writes))
+    return wrapped
+
+
+def _blocks(arrays):
+    return list({id(array.data.block): array.data.block for array in arrays}.values())
+
+
+def _unwrap(value, found):
+    if isinstance(value, ndarray):
+        found.append(value)
+        return value._view
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"Unsupported type {np.ndarray}")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(item, found) for item in value)
+    if isinstance(value, dict):
+        return {key: _unwrap(item, found) for key, item in value.items()}
+    return value
+
+
+def _out_arrays(kwargs):
+    out = kwargs.get("out")
+    if out is None:
+        return []
+    return [item for item in (out if isinstance(out, tuple) else (out,))
+            if isinstance(item, ndarray)]
+
+
+def _check_devices(arrays, current, name, cross_device):
+    for array in arrays:
+        if array.data.device_id != current and not cross_device:
+            raise ValueError(
+                f"Array device must be same as the current device: array device = "
+                f"{array.data.device_id} while current = {current} (in '{name}')")
+
+
+def _owner(view, arrays):
+    """The input array whose memory ``view`` lies in (by address), or None."""
+    address = view.__array_interface__["data"][0]
+    for array in arrays:
+        buffer = array.data.block.buffer
+        start = buffer.__array_interface__["data"][0]
+        if start <= address < start + buffer.nbytes and view.size:
+            return array
+        if view.size == 0 and address == start:
+            return array
+    return None
+
+
+def _items(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _wrap_result(result, arrays):
+    """Device arrays for ``result``: views of an input's memory stay views;
+    other arrays get new memory, listed as (position, array) in ``fresh``."""
+    wrapped, fresh = [], []
+    for position, value in enumerate(_items(result)):
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
+        if not isinstance(value, np.ndarray):
+            wrapped.append(value)
+            continue
+        owner = _owner(value, arrays)
+        if owner is not None:
+            wrapped.append(view_of(owner, value))
+            continue
+        made = ndarray(value.shape, value.dtype)
+        fresh.append((position, made))
+        wrapped.append(made)
+    if isinstance(result, (tuple, list)):
+        return type(result)(wrapped), fresh
+    return wrapped[0], fresh
+
+
+def view_of(owner, view):
+    """A device array for ``view``, a NumPy view into ``owner``'s memory."""
+    offset = view.__array_interface__["data"][0] - \
+        owner.data.block.buffer.__array_interface__["data"][0]
+    return _bind(ndarray.__new__(ndarray), view, MemoryPointer(owner.data.mem, offset))
+
+
+def _store(fresh, result):
+    items = _items(result)
+    for position, array in fresh:
+        array._view[...] = items[position]

@@ -1,0 +1,298 @@
+"""Order on the simulated GPUs: devices, streams, events, the host, capture.
+
+Work runs at once (NumPy), but *when it may be seen* follows CUDA's rules.
+Every stream counts the work queued on it (``seq``) and keeps a vector clock
+of what it is known to follow: its own earlier work, whatever the host had
+seen finish when the work was queued, and the events it waited on. A read or
+write of device memory is legal only if the memory's last write (and, for a
+write, its reads since) is in the reader's clock; otherwise the simulator
+raises :class:`RaceError`, naming the memory and both streams. That is how a
+missing ``synchronize``, ``record``/``wait_event`` or device context shows
+up in a test: as an error at the access, instead of stale data some of the
+time on a real GPU.
+
+A stream that is capturing records its work into a :class:`Graph` instead
+of running it, and refuses what CUDA refuses during capture: synchronising,
+reading device memory on the host, allocating outside a graph-private pool.
+"""
+
+import itertools
+import threading
+
+HOST = "host"
+
+
+class CUDARuntimeError(RuntimeError):
+    """cupy.cuda.runtime.CUDARuntimeError: ``status`` and CUDA's error name."""
+
+    def __init__(self, status, message):
+        self.status = status
+        super().__init__(message)
+
+
+class RaceError(RuntimeError):
+    """Device memory accessed without the ordering CUDA requires."""
+
+
+ERROR_INVALID_RESOURCE_HANDLE = 400
+ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
+ERROR_STREAM_CAPTURE_INVALIDATED = 901
+ERROR_INVALID_VALUE = 1
+
+
+def capture_error(what):
+    return CUDARuntimeError(
+        ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        f"cudaErrorStreamCaptureUnsupported: operation not permitted when stream is "
+        f"capturing ({what})")
+
+
+class Clock(dict):
+    """A vector clock: stream key -> the last seq known to be finished."""
+
+    def covers(self, key, seq):
+        return self.get(key, -1) >= seq
+
+    def merge(self, other):
+        for key, seq in other.items():
+            if self.get(key, -1) < seq:
+                self[key] = seq
+
+
+class World:
+    """The simulated machine: its GPUs, the host's clock, the current device
+    and streams (per thread, as in CUDA), and the active captures."""
+
+    def __init__(self, gpu_count, memory_bytes, name):
+        self.gpu_count, self.memory_bytes, self.name = gpu_count, memory_bytes, name
+        self.host_clock = Clock()
+        self.stream_ids = itertools.count(1)
+        self.capturing = {}             # stream key -> Graph being recorded
+        self.all_streams = []
+        self._local = threading.local()
+        self.null_streams = {}
+
+    # -- per-thread state ------------------------------------------------------------
+
+    @property
+    def current_device(self):
+        return getattr(self._local, "device", 0)
+
+    @current_device.setter
+    def current_device(self, index):
+        self._local.device = index
+
+    def current_streams(self):
+        if not hasattr(self._local, "streams"):
+            self._local.streams = {}
+        return self._local.streams
+
+    def current_stream(self, device=None):
+        device = self.current_device if device is None or device < 0 else device
+        stream = self.current_streams().get(device)
+        return stream if stream is not None else self.null_stream(device)
+
+    def null_stream(self, device):
+        if device not in self.null_streams:
+            self.null_streams[device] = Stream(null=True, _world=self, _device=device)
+        return self.null_streams[device]
+
+    def check_device(self, index):
+        if not 0 <= index < self.gpu_count:
+            raise CUDARuntimeError(101, f"cudaErrorInvalidDevice: invalid device ordinal "
+                                        f"{index} (the simulator has {self.gpu_count} GPUs)")
+
+    # -- capture ---------------------------------------------------------------------
+
+    def capture_of(self, stream):
+        return self.capturing.get(stream.key)
+
+    def refuse_during_capture(self, what):
+        """CUDA invalidates a capture on a synchronisation or host read; the
+        simulator refuses it while any stream of this thread captures."""
+        if self.capturing:
+            graph = next(iter(self.capturing.values()))
+            graph.invalidated = what
+            raise capture_error(what)
+
+    def host_waits_for(self, clock):
+        self.host_clock.merge(clock)
+
+
+class Stream:
+    """cupy.cuda.Stream: a queue of work on one device."""
+
+    def __init__(self, null=False, non_blocking=False, ptds=False, priority=None, *,
+                 _world=None, _device=None):
+        from . import state
+        world = _world or state.world()
+        device = world.current_device if _device is None else _device
+        self.world, self.device_id, self.null = world, device, null
+        self.non_blocking = non_blocking
+        self.key = f"stream{next(world.stream_ids)}@gpu{device}"
+        self.seq = 0
+        self.clock = Clock()
+        self.ptr = 0 if null else 0x7000_0000 + next(world.stream_ids)
+        self._saved = []
+        world.all_streams.append(self)
+
+    def issue(self):
+        """Queue one piece of work: returns its clock (what it follows, itself
+        included). Work queued now follows everything the host has seen end."""
+        self.clock.merge(self.world.host_clock)
+        self.seq += 1
+        self.clock[self.key] = self.seq
+        return self.clock
+
+    def done_clock(self):
+        clock = Clock(self.clock)
+        clock.merge(self.world.host_clock)
+        clock[self.key] = self.seq
+        return clock
+
+    # -- cupy.cuda.Stream's interface ---------------------------------------------------
+
+    def use(self):
+        self.world.current_streams()[self.device_id] = self
+        return self
+
+    def __enter__(self):
+        streams = self.world.current_streams()
+        self._saved.append(streams.get(self.device_id))
+        streams[self.device_id] = self
+        return self
+
+    def __exit__(self, *exc):
+        streams = self.world.current_streams()
+        previous = self._saved.pop()
+        if previous is None:
+            streams.pop(self.device_id, None)
+        else:
+            streams[self.device_id] = previous
+        return False
+
+    def record(self, event=None):
+        event = Event(self.world) if event is None else event
+        event.record(self)
+        return event
+
+    def wait_event(self, event):
+        graph = self.world.capture_of(self)
+        if event.clock is None:
+            return                              # a never-recorded event: no-op
+        if event.captured_in is not None and event.captured_in is not graph:
+            raise NotImplementedError(
+                "the simulated GPU does not let a stream join another stream's capture "
+                "through an event (cudaStreamWaitEvent on a captured event)")
+        self.clock.merge(event.clock)
+
+    def synchronize(self):
+        if self.world.capture_of(self) is not None:
+            self.world.capturing.pop(self.key).invalidated = "stream synchronize"
+            raise capture_error("cudaStreamSynchronize on the capturing stream")
+        self.world.refuse_during_capture("cudaStreamSynchronize")
+        self.world.host_waits_for(self.done_clock())
+
+    def launch_host_func(self, callback, arg):
+        self.issue()
+        callback(arg)
+
+    def begin_capture(self, mode=None):
+        del mode
+        if self.null:
+            raise CUDARuntimeError(ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                                   "cudaErrorStreamCaptureUnsupported: the legacy null "
+                                   "stream cannot be captured")
+        if self.world.capture_of(self) is not None:
+            raise CUDARuntimeError(ERROR_INVALID_VALUE, "cudaErrorIllegalState: the stream "
+                                                         "is already capturing")
+        self.world.capturing[self.key] = Graph(self)
+
+    def end_capture(self):
+        graph = self.world.capturing.pop(self.key, None)
+        if graph is None:
+            raise CUDARuntimeError(ERROR_INVALID_VALUE, "cudaErrorIllegalState: the stream "
+                                                         "is not capturing")
+        if graph.invalidated:
+            raise CUDARuntimeError(ERROR_STREAM_CAPTURE_INVALIDATED,
+                                   "cudaErrorStreamCaptureInvalidated: the capture was "
+                                   f"invalidated by {graph.invalidated}")
+        graph.close()
+        return graph
+
+    def is_capturing(self):
+        return self.world.capture_of(self) is not None
+
+    @property
+    def device(self):
+        from . import devices
+        return devices.Device(self.device_id)
+
+    def __repr__(self):
+        return f"<simulated Stream {self.key}>"
+
+
+class Event:
+    """cupy.cuda.Event: a position in one stream's queue."""
+
+    def __init__(self, world=None, block=False, disable_timing=False, interprocess=False):
+        from . import state
+        self.world = world or state.world()
+        self.device_id = self.world.current_device
+        self.clock = None
+        self.captured_in = None
+
+    def record(self, stream=None):
+        stream = self.world.current_stream() if stream is None else stream
+        if stream.device_id != self.device_id:
+            raise CUDARuntimeError(
+                ERROR_INVALID_RESOURCE_HANDLE,
+                f"cudaErrorInvalidResourceHandle: an event of GPU {self.device_id} recorded "
+                f"on a stream of GPU {stream.device_id} (the event is made on the current "
+                "device: record it while the stream's device is current)")
+        self.captured_in = self.world.capture_of(stream)
+        self.clock = stream.done_clock()
+
+    def synchronize(self):
+        if self.captured_in is not None:
+            raise capture_error("cudaEventSynchronize on an event recorded in a capture")
+        self.world.refuse_during_capture("cudaEventSynchronize")
+        if self.clock is not None:
+            self.world.host_waits_for(self.clock)
+
+    @property
+    def done(self):
+        return True
+
+
+class Graph:
+    """cupy.cuda.graph.Graph: the work a capture recorded, replayed by
+    :meth:`launch` on a stream of the capturing device."""
+
+    def __init__(self, stream):
+        self.device_id = stream.device_id
+        self.origin = stream
+        self.nodes = []
+        self.invalidated = None
+        self.closed = False
+
+    def add(self, node):
+        self.nodes.append(node)
+
+    def close(self):
+        self.closed = True
+
+    def launch(self, stream=None):
+        from . import state
+        world = state.world()
+        stream = world.current_stream() if stream is None else stream
+        if stream.device_id != self.device_id:
+            raise CUDARuntimeError(ERROR_INVALID_RESOURCE_HANDLE,
+                                   "cudaErrorInvalidResourceHandle: a graph of GPU "
+                                   f"{self.device_id} launched on GPU {stream.device_id}")
+        world.refuse_during_capture("cudaGraphLaunch inside a capture")
+        for node in self.nodes:
+            node(stream)
+
+    def upload(self, stream=None):
+        del stream

@@ -1,0 +1,224 @@
+"""The simulated ``cupy`` package: module objects for ``cupy``, ``cupy.cuda``
+(``runtime``, ``nccl``, ``memory``, ``graph``), ``cupy.random``,
+``cupy._core._accelerator`` and ``cupyx``, as :func:`~towerflow.simgpu.install`
+puts them in ``sys.modules``. Only names the real CuPy has are offered
+(tests/test_cupy_conformance.py checks them against the installed CuPy)."""
+
+import contextlib
+import types
+
+import numpy as np
+
+from . import arrays, clock, devices, kernels, memory, nccl, state
+
+
+def _names(text):
+    return text.split()
+
+
+# NumPy functions offered as device kernels under the same names.
+FUNCTIONS = _names("""
+abs absolute add all amax amin any arccos arcsin arctan arctan2 argmax argmin argsort
+around broadcast_arrays broadcast_to ceil clip concatenate copysign cos cosh count_nonzero
+cumprod cumsum diag divide dot einsum equal exp exp2 expand_dims expm1 fabs flip floor
+floor_divide fmax fmin fmod greater greater_equal hstack isclose isfinite isinf isnan
+left_shift less less_equal log log10 log1p log2 logaddexp logical_and logical_not
+logical_or logical_xor matmul max maximum mean min minimum mod moveaxis multiply
+nan_to_num negative nonzero not_equal outer pad positive power prod ravel reciprocal
+remainder repeat reshape right_shift rint roll round sign signbit sin sinh sort split
+sqrt square squeeze stack std subtract sum swapaxes take tan tanh tensordot tile
+transpose tril triu true_divide trunc var vstack where bitwise_and bitwise_or bitwise_xor
+invert
+""")
+# Functions of shapes and dtypes only: they touch no device memory.
+METADATA = ["shape", "ndim", "size", "result_type", "can_cast", "promote_types",
+            "dtype", "finfo", "iinfo", "isscalar", "issubdtype"]
+DTYPES = ["bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+          "uint64", "float16", "float32", "float64", "complex64", "complex128",
+          "intp", "float_", "inf", "nan", "pi", "e", "newaxis"]
+_HOST_SYNCING = {"nonzero", "count_nonzero"}
+
+
+def _device_function(name):
+    function = getattr(np, name)
+    host_sync = name in _HOST_SYNCING
+
+    def call(*args, **kwargs):
+        if host_sync:   # the result's size is read on the host first
+            state.world().refuse_during_capture(f"cupy.{name} (its size is read on the host)")
+        return arrays.launch(function, args, kwargs, name)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"cupy.{name} on the simulated GPU (NumPy's {name})."
+    return call
+
+
+def _from_host(value, dtype=None):
+    host = np.array(value, dtype=dtype)
+    out = arrays.ndarray(host.shape, host.dtype)
+    world = state.world()
+    if world.capture_of(world.current_stream()) is not None:
+        raise clock.capture_error("a copy from pageable host memory")
+    arrays.submit(arrays.Work("host-to-device copy",
+                              lambda: arrays._assign(out._view, host),
+                              writes=(out.data.block,)))
+    return out
+
+
+def asarray(a, dtype=None, order=None, *, blocking=False):
+    if isinstance(a, arrays.ndarray):
+        if a.data.device_id != state.world().current_device:
+            return array(a, dtype=dtype)
+        return a if dtype is None or np.dtype(dtype) == a.dtype else a.astype(dtype)
+    return _from_host(a, dtype)
+
+
+def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False):
+    if isinstance(obj, arrays.ndarray):
+        return arrays.launch(np.array, (obj,), {"dtype": dtype, "copy": True}, "copy",
+                             cross_device=True)
+    return _from_host(obj, dtype)
+
+
+def ascontiguousarray(a, dtype=None):
+    return arrays.launch(np.ascontiguousarray, (a,), {"dtype": dtype}, "ascontiguousarray")
+
+
+def asnumpy(a, stream=None, order="C", out=None, *, blocking=True):
+    if isinstance(a, arrays.ndarray):
+        return a.get(stream=stream, order=order, out=out, blocking=blocking)
+    return np.asarray(a, order=order)
+
+
+def empty(shape, dtype=float, order="C"):
+    return arrays.ndarray(shape, dtype, order=order)
+
+
+def _filled(shape, dtype, value):
+    out = arrays.ndarray(shape, dtype)
+    arrays.submit(arrays.Work("fill", lambda: out._view.fill(value), writes=(out.data.block,)))
+    return out
+
+
+def full(shape, fill_value, dtype=None, order="C"):
+    if isinstance(fill_value, arrays.ndarray):      # CuPy: cupy.copyto, broadcasting
+        out = arrays.ndarray(shape, fill_value.dtype if dtype is None else dtype)
+        copyto(out, fill_value, casting="unsafe")
+        return out
+    dtype = np.asarray(fill_value).dtype if dtype is None else dtype
+    return _filled(shape, dtype, fill_value)
+
+
+def zeros(shape, dtype=float, order="C"):
+    return _filled(shape, dtype, 0)
+
+
+def ones(shape, dtype=float, order="C"):
+    return _filled(shape, dtype, 1)
+
+
+def empty_like(a, dtype=None, order="K", subok=None, shape=None):
+    return empty(a.shape if shape is None else shape, a.dtype if dtype is None else dtype)
+
+
+def zeros_like(a, dtype=None, order="K", subok=None, shape=None):
+    return zeros(a.shape if shape is None else shape, a.dtype if dtype is None else dtype)
+
+
+def ones_like(a, dtype=None, order="K", subok=None, shape=None):
+    return ones(a.shape if shape is None else shape, a.dtype if dtype is None else dtype)
+
+
+def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None):
+    return full(a.shape if shape is None else shape, fill_value,
+                a.dtype if dtype is None else dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None):
+    return _from_host(np.arange(start, stop, step, dtype=dtype))
+
+
+def copyto(dst, src, casting="same_kind", where=True):
+    """As CuPy's: a plain copy may read ``src`` on another GPU (peer copy)."""
+    plain = where is True and casting == "same_kind"
+    arrays.launch(np.copyto, (dst, src), {"casting": casting, "where": where}, "copyto",
+                  written=(dst,), cross_device=plain)
+
+
+def get_array_module(*args):
+    return _CUPY if any(isinstance(a, arrays.ndarray) for a in args) else np
+
+
+@contextlib.contextmanager
+def using_allocator(allocator=None):
+    state.push_allocator(allocator or state.default_pool().malloc)
+    try:
+        yield
+    finally:
+        state.pop_allocator()
+
+
+def get_current_stream(device_id=-1):
+    return state.world().current_stream(device_id)
+
+
+def _module(name, **attributes):
+    module = types.ModuleType(name)
+    module.__dict__.update(attributes)
+    return module
+
+
+def build(gpu_name, memory_bytes):
+    """{module name: module} of the simulated CuPy."""
+    runtime = devices.Runtime(gpu_name, memory_bytes)
+    runtime_module = _module("cupy.cuda.runtime", CUDARuntimeError=clock.CUDARuntimeError,
+                             **{name: getattr(runtime, name) for name in dir(runtime)
+                                if not name.startswith("_") and name != "CUDARuntimeError"})
+    memory_module = _module("cupy.cuda.memory", OutOfMemoryError=memory.OutOfMemoryError,
+                            MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer)
+    graph_module = _module("cupy.cuda.graph", Graph=clock.Graph)
+    nccl_module = _module("cupy.cuda.nccl", **{name: getattr(nccl, name) for name in dir(nccl)
+                                              if name.startswith(("NCCL_", "Nccl", "group",
+                                                                  "get_"))})
+    cuda = _module("cupy.cuda", Device=devices.Device, Stream=clock.Stream, Event=clock.Event,
+                   MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer,
+                   using_allocator=using_allocator, get_current_stream=get_current_stream,
+                   runtime=runtime_module, memory=memory_module, graph=graph_module,
+                   nccl=nccl_module, is_available=lambda: True)
+    accelerator = _module("cupy._core._accelerator", ACCELERATOR_CUB=1, ACCELERATOR_CUTENSOR=2,
+                          **_accelerator_functions())
+    core = _module("cupy._core", _accelerator=accelerator)
+    random = _module("cupy.random", default_rng=kernels.default_rng,
+                     Generator=kernels.Generator)
+    cupyx = _module("cupyx", empty_pinned=memory.empty_pinned,
+                    zeros_pinned=memory.zeros_pinned)
+    cupy = _module("cupy", __version__="14.2.0+simulated", ndarray=arrays.ndarray,
+                   cuda=cuda, random=random, _core=core,
+                   ElementwiseKernel=kernels.ElementwiseKernel, RawKernel=kernels.RawKernel,
+                   get_default_memory_pool=state.default_pool, **_array_functions())
+    global _CUPY
+    _CUPY = cupy
+    return {"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.runtime": runtime_module,
+            "cupy.cuda.memory": memory_module, "cupy.cuda.graph": graph_module,
+            "cupy.cuda.nccl": nccl_module, "cupy._core": core,
+            "cupy._core._accelerator": accelerator, "cupy.random": random, "cupyx": cupyx}
+
+
+_CUPY = None
+
+
+def _array_functions():
+    found = {name: _device_function(name) for name in FUNCTIONS}
+    found.update({name: getattr(np, name) for name in METADATA + DTYPES if hasattr(np, name)})
+    for function in (asarray, array, ascontiguousarray, asnumpy, empty, zeros, ones, full,
+                     empty_like, zeros_like, ones_like, full_like, arange, copyto,
+                     get_array_module):
+        found[function.__name__] = function
+    return found
+
+
+def _accelerator_functions():
+    chosen = {"reduction": [1], "routine": [1]}
+    return {"get_reduction_accelerators": lambda: list(chosen["reduction"]),
+            "set_reduction_accelerators": lambda values: chosen.update(reduction=list(values)),
+            "get_routine_accelerators": lambda: list(chosen["routine"]),
+            "set_routine_accelerators": lambda values: chosen.update(routine=list(values))}
