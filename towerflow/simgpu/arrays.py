@@ -266,12 +266,15 @@ def launch(function, args, kwargs, name, written=(), cross_device=False):
     numpy_kwargs = _unwrap(kwargs, arrays)
     outs = _out_arrays(kwargs) + list(written)
     _check_devices(arrays + outs, world.current_device, name, cross_device)
+    capturing = world.capture_of(world.current_stream()) is not None
+    if capturing and outs:
+        # NOTE: recorded, not run: a write into existing memory happens at replay.
+        return _record_in_place(function, args, kwargs, name, arrays, outs)
     with np.errstate(all="ignore"):
         result = function(*numpy_args, **numpy_kwargs)
     wrapped, fresh = _wrap_result(result, arrays)
     if not fresh and not outs:
         return wrapped             # views and metadata only: no device work
-    capturing = world.capture_of(world.current_stream()) is not None
     first = [] if capturing else [result]   # a replay computes on its own inputs
 
     def run():
@@ -284,6 +287,15 @@ def launch(function, args, kwargs, name, written=(), cross_device=False):
     writes = _blocks(outs) + [array.data.block for _, array in fresh]
     submit(Work(name, run, reads=_blocks(arrays), writes=writes))
     return wrapped
+
+
+def _record_in_place(function, args, kwargs, name, arrays, outs):
+    """Record a call that writes existing arrays (``out=``, setitem, fill)."""
+    def run():
+        with np.errstate(all="ignore"):
+            function(*_unwrap(args, []), **_unwrap(kwargs, []))
+    submit(Work(name, run, reads=_blocks(arrays), writes=_blocks(outs)))
+    return kwargs.get("out")
 
 
 def _blocks(arrays):
