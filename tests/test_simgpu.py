@@ -1,0 +1,257 @@
+"""The simulated GPU (towerflow.simgpu) enforces CUDA's rules: each test
+breaks one rule the way a GPU backend could, and expects the error a real
+GPU would give (or the error standing in for its undefined behaviour)."""
+
+import numpy as np
+import pytest
+
+from towerflow import simgpu
+
+
+@pytest.fixture
+def cp():
+    with simgpu.installed(gpus=2, memory_bytes=2**30) as module:
+        yield module
+
+
+def test_arrays_compute_like_numpy_and_stay_on_their_device(cp):
+    x = cp.arange(6.0).reshape(2, 3)
+    y = (x * 2 + 1).sum(axis=0)
+    assert isinstance(y, cp.ndarray) and y.device.id == 0
+    np.testing.assert_array_equal(y.get(), [8.0, 12.0, 16.0])
+    with cp.cuda.Device(1):
+        assert cp.ones(2).device.id == 1
+
+
+def test_implicit_conversion_to_numpy_is_refused_as_in_cupy(cp):
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array"):
+        np.asarray(cp.ones(3))
+    with pytest.raises(TypeError, match="Unsupported type"):
+        cp.ones(3) + np.ones(3)
+
+
+def test_a_kernel_on_another_devices_array_is_refused(cp):
+    with cp.cuda.Device(1):
+        on_gpu1 = cp.ones(3)
+    with pytest.raises(ValueError, match="array device = 1 while current = 0"):
+        on_gpu1 * 2
+
+
+def test_a_peer_copy_needs_the_source_stream_to_be_waited_on(cp):
+    with cp.cuda.Device(0):
+        stream0 = cp.cuda.Stream(non_blocking=True)
+        with stream0:
+            value = cp.arange(4.0) * 3
+    with cp.cuda.Device(1):
+        stream1 = cp.cuda.Stream(non_blocking=True)
+        with stream1, pytest.raises(simgpu.RaceError, match="not ordered after"):
+            cp.array(value)
+        with cp.cuda.Device(0):
+            done = stream0.record()
+        stream1.wait_event(done)
+        with stream1:
+            copied = cp.array(value)
+        assert copied.device.id == 1
+        np.testing.assert_array_equal(copied.get(stream=stream1), [0.0, 3.0, 6.0, 9.0])
+
+
+def test_an_event_recorded_on_another_devices_stream_is_refused(cp):
+    with cp.cuda.Device(1):
+        stream1 = cp.cuda.Stream(non_blocking=True)
+    with pytest.raises(simgpu.CUDARuntimeError, match="InvalidResourceHandle"):
+        stream1.record()     # the event is made on GPU 0, the current device
+
+
+def test_work_on_two_streams_is_unordered_until_an_event_orders_it(cp):
+    first, second = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with first:
+        x = cp.ones(4) * 2
+    with second, pytest.raises(simgpu.RaceError, match="written on"):
+        x + 1
+    second.wait_event(first.record())
+    with second:
+        np.testing.assert_array_equal((x + 1).get(stream=second), [3.0] * 4)
+
+
+def test_a_write_must_follow_the_reads_of_other_streams(cp):
+    first, second = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    x = cp.ones(4)
+    cp.cuda.get_current_stream().synchronize()
+    with first:
+        total = x.sum()
+    with second, pytest.raises(simgpu.RaceError, match="read on"):
+        x.fill(0)            # first may still be reading x
+    first.synchronize()
+    with second:
+        x.fill(0)
+    del total
+
+
+def test_the_host_sees_device_work_only_through_a_synchronising_read(cp):
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        x = cp.full((3,), 7.0)
+        assert float(x.sum()) == 21.0            # a blocking read on this stream
+    np.testing.assert_array_equal(cp.asnumpy(x, stream=stream), [7.0] * 3)
+
+
+def test_the_host_may_not_write_a_pinned_buffer_a_copy_may_still_read(cp):
+    import cupyx
+    stream = cp.cuda.Stream(non_blocking=True)
+    pinned = cupyx.empty_pinned((4,), np.float32)
+    pinned[...] = 1.0
+    target = cp.empty(4, np.float32)
+    target.set(pinned, stream=stream)
+    with pytest.raises(simgpu.RaceError, match="pinned buffer"):
+        pinned[...] = 2.0
+    stream.synchronize()
+    pinned[...] = 2.0
+
+
+def test_freed_memory_reused_on_a_stream_keeps_its_readers(cp):
+    first, second = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with first:
+        x = cp.ones(256, np.float32)
+    second.wait_event(first.record())
+    with second:
+        y = x * 2                        # second reads x's block
+    del x                                # freed while second may still read it
+    with first, pytest.raises(simgpu.RaceError, match="read on"):
+        cp.zeros(256, np.float32)        # the pool hands first the same block
+    del y
+
+
+def test_a_pool_refuses_past_its_limit_with_cupys_error(cp):
+    pool = cp.cuda.MemoryPool()
+    pool.set_limit(size=4096)
+    with cp.cuda.using_allocator(pool.malloc):
+        kept = cp.empty(512, np.float64)
+        with pytest.raises(cp.cuda.memory.OutOfMemoryError, match="limit set to: 4,096"):
+            cp.empty(8, np.float64)
+    assert pool.used_bytes() == 4096
+    del kept
+
+
+def test_capture_records_work_that_each_launch_replays(cp):
+    stream = cp.cuda.Stream(non_blocking=True)
+    x = cp.zeros(3)
+    cp.cuda.get_current_stream().synchronize()
+    with stream, cp.cuda.using_allocator(cp.cuda.MemoryPool().malloc):
+        stream.begin_capture()
+        y = x + 1
+        x[...] = y
+        graph = stream.end_capture()
+        assert np.isnan(y.get()).all()      # recorded, not run: fresh memory is NaN
+        np.testing.assert_array_equal(x.get(), [0.0] * 3)
+        for _ in range(3):
+            graph.launch(stream)
+        np.testing.assert_array_equal(x.get(), [3.0] * 3)
+
+
+@pytest.mark.parametrize("forbidden", ["synchronize", "host read", "pageable copy",
+                                       "shared pool"])
+def test_capture_refuses_what_cuda_refuses(cp, forbidden):
+    stream = cp.cuda.Stream(non_blocking=True)
+    x = cp.ones(3)
+    shared = cp.cuda.MemoryPool()
+    with cp.cuda.using_allocator(shared.malloc):
+        cp.empty(1)
+    cp.cuda.get_current_stream().synchronize()
+    with stream:
+        stream.begin_capture()
+        with pytest.raises(simgpu.CUDARuntimeError, match="capturing"):
+            if forbidden == "synchronize":
+                stream.synchronize()
+            elif forbidden == "host read":
+                bool(x.sum() > 0)
+            elif forbidden == "pageable copy":
+                cp.asarray(np.ones(3))
+            else:
+                with cp.cuda.using_allocator(shared.malloc):
+                    x * 2
+
+
+def test_a_graph_pool_serves_allocations_during_capture(cp):
+    stream = cp.cuda.Stream(non_blocking=True)
+    graph_pool = cp.cuda.MemoryPool()
+    x = cp.arange(3.0)
+    cp.cuda.get_current_stream().synchronize()
+    with stream, cp.cuda.using_allocator(graph_pool.malloc):
+        stream.begin_capture()
+        y = x * 2
+        graph = stream.end_capture()
+    graph.launch(stream)
+    np.testing.assert_array_equal(y.get(stream=stream), [0.0, 2.0, 4.0])
+
+
+def test_a_random_generator_draws_anew_in_every_replay(cp):
+    stream = cp.cuda.Stream(non_blocking=True)
+    rng = cp.random.default_rng(1)
+    with stream:
+        stream.begin_capture()
+        draw = rng.random((8,), dtype=np.float32)
+        graph = stream.end_capture()
+        graph.launch(stream)
+        first = draw.get()
+        graph.launch(stream)
+        assert not np.array_equal(first, draw.get())
+
+
+def test_elementwise_kernels_run_their_c_code(cp):
+    kernel = cp.ElementwiseKernel(
+        "T grad, L lr, bool nesterov", "T var, T accum",
+        """accum = accum * (T)0.5 + grad;
+           T step = nesterov ? (accum + grad) * (T)lr : accum * (T)lr;
+           var = var - step;""", "update")
+    var, accum = cp.ones(3, np.float32), cp.zeros(3, np.float32)
+    kernel(cp.full((3,), 2.0, np.float32), 0.25, True, var, accum)
+    np.testing.assert_allclose(accum.get(), [2.0] * 3)
+    np.testing.assert_allclose(var.get(), [1 - 4.0 * 0.25] * 3)
+    assert var.dtype == np.float32
+    with pytest.raises(NotImplementedError, match="cannot"):
+        cp.ElementwiseKernel("T x", "T y", "for (;;) y = x;", "loop")
+
+
+def test_nccl_all_reduce_in_one_group(cp):
+    from cupy.cuda import nccl
+    communicators = nccl.NcclCommunicator.initAll([0, 1])
+    values, streams = [], []
+    for device in (0, 1):
+        with cp.cuda.Device(device):
+            values.append(cp.full((4,), float(device + 1), np.float32))
+            streams.append(cp.cuda.get_current_stream())
+    nccl.groupStart()
+    for rank, value in enumerate(values):
+        with cp.cuda.Device(rank):
+            communicators[rank].allReduce(value.data.ptr, value.data.ptr, 4,
+                                          nccl.NCCL_FLOAT32, nccl.NCCL_SUM, streams[rank].ptr)
+    nccl.groupEnd()
+    for rank, value in enumerate(values):
+        with cp.cuda.Device(rank):
+            np.testing.assert_array_equal(value.get(), [3.0] * 4)
+
+
+def test_a_collective_that_some_ranks_never_join_raises_instead_of_hanging(cp):
+    from cupy.cuda import nccl
+    communicators = nccl.NcclCommunicator.initAll([0, 1])
+    value = cp.ones(4, np.float32)
+    stream = cp.cuda.get_current_stream()
+    with pytest.raises(nccl.NcclError, match="would hang"):
+        communicators[0].allReduce(value.data.ptr, value.data.ptr, 4, nccl.NCCL_FLOAT32,
+                                   nccl.NCCL_SUM, stream.ptr)
+
+
+def test_cuda_visible_devices_hides_simulated_gpus(cp, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert cp.cuda.runtime.getDeviceCount() == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert cp.cuda.runtime.getDeviceCount() == 0
+
+
+def test_uninstall_gives_back_the_modules_it_replaced():
+    import sys
+    before = sys.modules.get("cupy")
+    with simgpu.installed(gpus=1) as module:
+        assert sys.modules["cupy"] is module
+    assert sys.modules.get("cupy") is before
+    assert not simgpu.is_installed()
