@@ -10,7 +10,11 @@
 #            (seed programs P1-P4, P6, P7, capture, towers on four logical
 #            GPUs, fused kernels, NCCL), then the whole suite;
 #   peers:   benchmarks/gpu_peers.py, float32 then mixed_float16;
-#   cifar10: the cifar10 recipe on one GPU with ../shared/data.
+#   cifar10: the cifar10 recipe on one GPU with the shared data: $TOWERFLOW_DATA,
+#            else ./.gpu_data, else ../shared/data. NOTE: ../shared does not
+#            travel to the device machine: copy it into the ignored .gpu_data
+#            first (cp -r ../shared/data .gpu_data) and name .gpu_data in the
+#            device call's carry.
 # Each step's output goes to OUT_DIR/<step>.log; a failed step does not stop
 # the later ones, and the exit status is the number of failed steps.
 set -uo pipefail
@@ -40,7 +44,8 @@ python3 -m towerflow devices --json >"$out/devices.json" 2>&1
 if [ "$group" = tests ] || [ "$group" = all ]; then
     step op_suites_gpu python3 -m pytest -q -m gpu -rs tests
     step gpu_backend python3 -m pytest -q -rs tests/test_gpu_backend.py \
-        tests/test_seed_training.py tests/test_plan_capture.py
+        tests/test_seed_training.py tests/test_plan_capture.py tests/test_gpu_faults.py \
+        tests/test_cupy_conformance.py
     step full_suite python3 -m pytest -q -rs tests
 fi
 if [ "$group" = peers ] || [ "$group" = all ]; then
@@ -48,7 +53,8 @@ if [ "$group" = peers ] || [ "$group" = all ]; then
     step gpu_peers_mixed python3 benchmarks/gpu_peers.py --precision mixed_float16 --skip-p6 \
         --json "$out/gpu_peers_mixed_float16.json"
 fi
-data=../shared/data
+data=${TOWERFLOW_DATA:-}
+[ -n "$data" ] || { [ -d .gpu_data ] && data=.gpu_data; } || data=../shared/data
 if [ "$group" != cifar10 ] && [ "$group" != all ]; then
     :
 elif [ -f "$data/make_cifar10.py" ]; then

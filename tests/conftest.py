@@ -85,6 +85,13 @@ def release_gpu_backend():
         simgpu.uninstall()
 
 
+def pytest_collection_modifyitems(items):
+    """Tests on the GPU backend are in the ``gpu`` group (``pytest -m gpu``)."""
+    for item in items:
+        if "gpu_backend" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
+
+
 @pytest.fixture
 def gpu_backend(request, monkeypatch):
     """The CuPy backend on a GPU, real or simulated (see use_gpu_backend); a
