@@ -216,3 +216,13 @@ def test_simulated_nccl_refuses_two_ranks_on_one_gpu_in_nccls_words():
         simulated._check_rendezvous(joined, 0)
     other_host = [(uid, 0, "a", "0000:1E:00.0"), (uid, 1, "b", "0000:1E:00.0")]
     simulated._check_rendezvous(other_host, 0)       # one GPU each on two hosts
+
+
+def test_nccl_without_the_library_is_refused_with_the_install():
+    x = tf.placeholder(tf.float32, [4])
+    member = nccl.all_reduce_members([tf.identity(x)], [0], tf.get_default_graph())[0]
+    missing = types.SimpleNamespace(available=False)    # cupy.cuda.nccl without libnccl
+    ctx = types.SimpleNamespace(attrs=member.op.attrs, output_dtypes=[np.dtype(np.float32)],
+                                resource=None)
+    with pytest.raises(tf.errors.UnavailableError, match="pip install nvidia-nccl-cu12"):
+        nccl.make_member_kernel(ctx, missing, fake_xp)

@@ -11,8 +11,9 @@ process: rank 0's ``get_unique_id()`` goes out over MPI (with the collective
 deadline), each process joins with ``NcclCommunicator(world_size, uid, rank)``
 once per Session, and the member sums the bucket over every process's GPU.
 
-These kernels run on the GPU backend; they are unit-tested against a stand-in
-of ``cupy.cuda.nccl`` on machines without a GPU.
+These kernels run on the GPU backend; without a GPU they are tested against a
+stand-in of ``cupy.cuda.nccl`` (tests/test_nccl.py) and, across processes, on
+the simulated GPUs (towerflow.simgpu; tests/test_mpi_nccl.py).
 """
 
 import numpy as np
