@@ -114,24 +114,115 @@ def test_auto_picks_nccl_for_distinct_gpus(fake_gpus):
 
 def test_processes_join_one_nccl_world_through_an_mpi_broadcast():
     calls = []
+    rank_0_id = bytes(range(128))       # NCCL_UNIQUE_ID_BYTES, as CuPy 14 returns
 
     class Nccl:
         @staticmethod
         def get_unique_id():
-            return b"id-from-rank-0"
+            return rank_0_id
 
         @staticmethod
         def NcclCommunicator(nranks, unique_id, rank):
             calls.append((nranks, unique_id, rank))
             return "communicator"
 
-    class Comm:
-        def bcast(self, value, root):
-            calls.append(("bcast", value, root))
-            return b"id-from-rank-0"
+    class World:        # MpiWorld.broadcast: rank 0's array, with a deadline
+        def __init__(self, rank):
+            self.rank, self.size = rank, 2
+
+        def broadcast(self, array, what, timeout):
+            calls.append(("broadcast", self.rank, len(array), what, timeout))
+            return np.frombuffer(rank_0_id, np.uint8)
 
     for rank in (0, 1):
-        world = types.SimpleNamespace(rank=rank, size=2, comm=Comm())
-        assert nccl.join_across_processes(Nccl, world, device_id=rank) == ("communicator", rank)
-    assert calls == [("bcast", b"id-from-rank-0", 0), (2, b"id-from-rank-0", 0),
-                     ("bcast", None, 0), (2, b"id-from-rank-0", 1)]
+        assert nccl.join_across_processes(Nccl, World(rank), timeout=7.0) == "communicator"
+    what = "broadcast of the NCCL unique id"
+    assert calls == [("broadcast", 0, 128, what, 7.0), (2, rank_0_id, 0),
+                     ("broadcast", 1, 128, what, 7.0), (2, rank_0_id, 1)]
+
+
+# -- multi-process launches: each rank binds its local GPU ------------------------------
+
+def launched_as(monkeypatch, local_rank, world_size):
+    """The environment Open MPI's mpiexec gives a rank."""
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", str(world_size))
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(local_rank))
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", str(local_rank))
+
+
+def bound_gpus():
+    """The physical GPUs behind this process's logical GPUs, by index."""
+    from towerflow.device import runtime
+    return [device.gpu.index for device in runtime.logical_devices()
+            if device.device_type == "GPU"]
+
+
+@pytest.mark.parametrize("local_rank, world_size, gpus, bound", [
+    (1, 2, 2, [1]), (0, 2, 2, [0]), (2, 3, 2, [0]), (0, 1, 2, [0, 1])],
+    ids=["rank1-of-2", "rank0-of-2", "rank2-shares-gpu0", "one-rank-keeps-all"])
+def test_a_launched_rank_sees_only_the_gpu_of_its_local_rank(
+        fake_gpus, monkeypatch, local_rank, world_size, gpus, bound):
+    launched_as(monkeypatch, local_rank, world_size)
+    fake_gpus(gpus)
+    visible = [device.name for device in tf.config.get_visible_devices("GPU")]
+    assert visible == [f"/physical_device:GPU:{index}" for index in bound]
+    assert bound_gpus() == bound
+    assert tf.parallel.default_devices() == [f"/gpu:{i}" for i in range(len(bound))]
+
+
+def test_set_visible_devices_overrides_the_binding(fake_gpus, monkeypatch):
+    launched_as(monkeypatch, 1, 2)
+    fake_gpus(2)
+    tf.config.set_visible_devices(tf.config.list_physical_devices("GPU"), "GPU")
+    assert bound_gpus() == [0, 1]
+
+
+def test_nccl_across_processes_refuses_several_towers_per_rank(fake_gpus, monkeypatch):
+    launched_as(monkeypatch, 0, 2)
+    fake_gpus(2)
+    tf.config.set_visible_devices(tf.config.list_physical_devices("GPU"), "GPU")
+    with pytest.raises(ValueError, match=r"one GPU tower per rank, got 2 towers.*'mpi'"):
+        tf.parallel.DataParallel(["/gpu:0", "/gpu:1"], all_reduce="nccl")
+
+
+# -- the simulated cupy.cuda.nccl, as CuPy 14 has it ------------------------------------
+
+def test_simulated_unique_ids_are_bytes_and_communicators_refuse_tuples():
+    from towerflow import simgpu
+    with simgpu.installed(gpus=1) as cupy:
+        nccl_module = cupy.cuda.nccl
+        unique_id = nccl_module.get_unique_id()
+        assert isinstance(unique_id, bytes) and len(unique_id) == 128
+        assert nccl_module.available
+        with pytest.raises(TypeError, match="expected bytes, got tuple"):
+            nccl_module.NcclCommunicator(1, tuple(unique_id), 0)
+        with pytest.raises(nccl_module.NcclError, match="rank 1 is not in"):
+            nccl_module.NcclCommunicator(1, unique_id, 1)
+        alone = nccl_module.NcclCommunicator(1, unique_id, 0)
+        x = cupy.arange(4, dtype=cupy.float32)
+        out = cupy.empty_like(x)
+        alone.allReduce(x.data.ptr, out.data.ptr, 4, nccl_module.NCCL_FLOAT32,
+                        nccl_module.NCCL_SUM, cupy.cuda.get_current_stream().ptr)
+        assert out.get().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_simulated_nccl_refuses_two_ranks_on_one_gpu_in_nccls_words():
+    from towerflow.simgpu import nccl as simulated
+    uid = bytes(128)
+    joined = [(uid, 0, "host", "0000:1E:00.0"), (uid, 1, "host", "0000:1E:00.0")]
+    with pytest.raises(simulated.NcclError,
+                       match="Duplicate GPU detected : rank 1 and rank 0 both on CUDA "
+                             "device 1e000"):
+        simulated._check_rendezvous(joined, 0)
+    other_host = [(uid, 0, "a", "0000:1E:00.0"), (uid, 1, "b", "0000:1E:00.0")]
+    simulated._check_rendezvous(other_host, 0)       # one GPU each on two hosts
+
+
+def test_nccl_without_the_library_is_refused_with_the_install():
+    x = tf.placeholder(tf.float32, [4])
+    member = nccl.all_reduce_members([tf.identity(x)], [0], tf.get_default_graph())[0]
+    missing = types.SimpleNamespace(available=False)    # cupy.cuda.nccl without libnccl
+    ctx = types.SimpleNamespace(attrs=member.op.attrs, output_dtypes=[np.dtype(np.float32)],
+                                resource=None)
+    with pytest.raises(tf.errors.UnavailableError, match="pip install nvidia-nccl-cu12"):
+        nccl.make_member_kernel(ctx, missing, fake_xp)

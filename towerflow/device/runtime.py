@@ -150,7 +150,43 @@ def _check_not_initialized(what):
 def _visible_gpu_indices():
     if _state.visible_gpus is not None:
         return _state.visible_gpus
-    return tuple(gpu.index for gpu in physical.probe_gpus()[0])
+    return _bound_to_local_rank(tuple(gpu.index for gpu in physical.probe_gpus()[0]))
+
+
+def _bound_to_local_rank(gpu_indices):
+    """Every GPU in a single process; in a multi-process launch only the GPU of
+    this rank's local rank (the launcher's OMPI_COMM_WORLD_LOCAL_RANK, modulo
+    the GPU count), so ranks on one host take distinct GPUs, as Horovod's
+    ``visible_device_list = str(local_rank)`` does. With fewer GPUs than local
+    ranks, ranks share GPUs round robin. ``set_visible_devices`` overrides it.
+
+    Example::
+
+        >>> _bound_to_local_rank((0, 1))    # under mpiexec -n 2, local rank 1
+        (1,)
+    """
+    local_rank = launcher_local_rank()
+    if local_rank is None or not gpu_indices:
+        return gpu_indices
+    return (gpu_indices[local_rank % len(gpu_indices)],)
+
+
+def launcher_local_rank():
+    """This process's rank among the ranks of its host in a multi-process
+    launch (Open MPI, MPICH's Hydra), else None (also for one rank alone).
+
+    Example::
+
+        >>> launcher_local_rank()     # not launched by mpiexec
+    """
+    sizes = [os.environ.get(name) for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")]
+    if not any(size and size.strip().isdigit() and int(size) > 1 for size in sizes):
+        return None
+    for name in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def set_visible_devices(devices, device_type=None):

@@ -11,10 +11,13 @@ reduction with the rest of the step:
   devices that share one physical device (NCCL refuses two ranks on one GPU);
 - ``mpi``: between processes (see mpi.py): each rank sums its own towers,
   then the ranks all-reduce those sums;
-- ``nccl``: towers on distinct physical GPUs of one process (see nccl.py).
+- ``nccl``: towers on distinct physical GPUs of one process, or one GPU tower
+  per process of a multi-process launch (see nccl.py).
 
 ``choose(devices, all_reduce)`` resolves ``'auto'`` and logs its choice once.
 """
+
+import socket
 
 from ..device import DeviceSpec, runtime
 from ..log import logger
@@ -28,6 +31,7 @@ class Communicator:
     """Sums tensors across towers; see the module docstring."""
 
     name = None
+    spans_processes = False     # sums across MPI ranks (each rank feeds the global batch)
 
     def all_reduce(self, tower_values, devices, graph):
         """``tower_values[i]``: tower i's tensors (same order and shapes on every
@@ -79,6 +83,7 @@ class MpiCommunicator(Communicator):
     all-reduced across ranks with MPI (with a deadline), then handed back."""
 
     name = "mpi"
+    spans_processes = True
 
     def __init__(self, timeout=mpi.DEFAULT_TIMEOUT):
         self.timeout = float(timeout)
@@ -101,11 +106,18 @@ class MpiCommunicator(Communicator):
 
 class NcclCommunicator(Communicator):
     """Towers on distinct physical GPUs of this process: NCCL sums every
-    bucket in place on the GPUs (see nccl.py)."""
+    bucket in place on the GPUs (see nccl.py). In a multi-process launch,
+    this process's one GPU tower joins an NCCL world of all ranks instead."""
 
     name = "nccl"
 
+    def __init__(self, timeout=mpi.DEFAULT_TIMEOUT):
+        self.timeout = float(timeout)
+        self.spans_processes = mpi.multi_process_launch()
+
     def all_reduce(self, tower_values, devices, graph):
+        if self.spans_processes:
+            return self._across_processes(tower_values, graph)
         gpu_ids = [_physical_of(device)[1] for device in devices]
         per_tower = [[] for _ in devices]
         with graph.name_scope("all_reduce_nccl"):
@@ -115,6 +127,14 @@ class NcclCommunicator(Communicator):
                 for rank, reduced in enumerate(members):
                     per_tower[rank].append(reduced)
         return per_tower
+
+    def _across_processes(self, tower_values, graph):
+        """One tower here (checked by :func:`choose`): its buckets, summed over
+        every rank's tower by the NCCL world."""
+        world = mpi.world()
+        with graph.name_scope("all_reduce_nccl"):
+            return [[nccl.world_member(bucket, world, self.timeout, name=f"sum_{index}")
+                     for index, bucket in enumerate(tower_values[0])]]
 
 
 _COMMUNICATORS = {"cpu": CpuCommunicator, "local": LocalCommunicator,
@@ -130,11 +150,15 @@ def choose(devices, all_reduce="auto", timeout=mpi.DEFAULT_TIMEOUT):
     name = _auto(devices) if all_reduce == "auto" else all_reduce
     if name == "nccl":
         _check_nccl_devices(devices)
+        if mpi.multi_process_launch():
+            _check_one_gpu_per_rank(devices, timeout)
     if all_reduce == "auto" and tuple(devices) not in _logged_choices:
         _logged_choices.add(tuple(devices))
         logger.info("all_reduce='auto' chose %r for %d towers on %s", name, len(devices),
                     ", ".join(devices))
-    return MpiCommunicator(timeout) if name == "mpi" else _COMMUNICATORS[name]()
+    if name in ("mpi", "nccl"):
+        return _COMMUNICATORS[name](timeout)
+    return _COMMUNICATORS[name]()
 
 
 def _check_nccl_devices(devices):
@@ -145,6 +169,35 @@ def _check_nccl_devices(devices):
     if len(set(physical)) != len(physical):
         raise ValueError(f"all_reduce='nccl' needs distinct physical GPUs, but {list(devices)} "
                          "share one (NCCL refuses two ranks on one GPU): use 'local'")
+
+
+def _check_one_gpu_per_rank(devices, timeout):
+    """Across processes NCCL takes one GPU per rank, never one GPU twice on a
+    host (NCCL refuses it): checked with every rank, so all raise alike."""
+    if len(devices) != 1:
+        raise ValueError(f"all_reduce='nccl' across processes takes one GPU tower per rank, "
+                         f"got {len(devices)} towers {list(devices)}: launch one rank per GPU "
+                         "(each rank gets its own GPU) or use all_reduce='mpi'")
+    gpu = _gpu_info_of(devices[0])
+    mine = (socket.gethostname(), gpu.pci_bus_id if gpu else devices[0])
+    everyone = mpi.world().all_gather(mine, "the check of the ranks' GPUs", timeout)
+    first_rank_on = {}
+    for rank, place in enumerate(everyone):
+        if place in first_rank_on:
+            raise ValueError(
+                f"all_reduce='nccl' needs one GPU per rank, but ranks {first_rank_on[place]} "
+                f"and {rank} on host {place[0]} both use the GPU at PCI bus {place[1]} (NCCL "
+                "refuses two ranks on one GPU; a host has fewer GPUs than ranks): launch at "
+                "most one rank per GPU, or use all_reduce='mpi'")
+        first_rank_on[place] = rank
+
+
+def _gpu_info_of(device):
+    spec = DeviceSpec.from_string(device)
+    for logical in runtime.peek_logical_devices():
+        if logical.device_type == "GPU" and logical.index == (spec.device_index or 0):
+            return logical.gpu
+    return None
 
 
 def _auto(devices):

@@ -43,6 +43,11 @@ def launched_under_mpi():
                                                "PMI_RANK"))
 
 
+def multi_process_launch():
+    """True in one of several processes started by mpiexec (towerflow launch)."""
+    return launched_under_mpi() and world_size_from_environment() > 1
+
+
 def world_size_from_environment():
     for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
         if name in os.environ:
@@ -88,11 +93,15 @@ class MpiWorld:
         self._wait(self.comm.Ibcast(buffer, root=root), what, timeout)
         return buffer
 
+    def all_gather(self, value, what, timeout):
+        """Every rank's ``value`` (any picklable object), in rank order."""
+        self._arrive(what, timeout)
+        return self.comm.allgather(value)
+
     def check_signature(self, signature, what, timeout):
         """InvalidArgumentError naming the first difference between this rank's
         ``signature`` (a list of (shape, dtype) pairs) and rank 0's."""
-        self._arrive(what, timeout)
-        everyone = self.comm.allgather(signature)
+        everyone = self.all_gather(signature, what, timeout)
         first_mismatch = _first_mismatch(everyone)
         if first_mismatch:
             raise errors.InvalidArgumentError(None, None, f"{what}: {first_mismatch}")

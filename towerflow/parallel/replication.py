@@ -43,7 +43,7 @@ class DataParallel:
         self.bucket_bytes = int(bucket_bytes)
         self.timeout = float(timeout)
         self.sync_statistics = bool(sync_statistics)
-        world = mpi.world() if self.communicator.name == "mpi" else None
+        world = mpi.world() if self.communicator.spans_processes else None
         self.rank, self.num_ranks = (world.rank, world.size) if world else (0, 1)
 
     @property

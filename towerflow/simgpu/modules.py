@@ -177,8 +177,8 @@ def build(gpu_name, memory_bytes):
                             MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer)
     graph_module = _module("cupy.cuda.graph", Graph=clock.Graph)
     nccl_module = _module("cupy.cuda.nccl", **{name: getattr(nccl, name) for name in dir(nccl)
-                                              if name.startswith(("NCCL_", "Nccl", "group",
-                                                                  "get_"))})
+                                              if name == "available" or name.startswith(
+                                                  ("NCCL_", "Nccl", "group", "get_"))})
     cuda = _module("cupy.cuda", Device=devices.Device, Stream=clock.Stream, Event=clock.Event,
                    MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer,
                    using_allocator=using_allocator, get_current_stream=get_current_stream,

@@ -10,11 +10,13 @@ not called, a group closed with ranks missing), the simulator raises
 
 import itertools
 import os
+import socket
 import typing
 
 import numpy as np
 
 from . import arrays, memory, state
+from .devices import pci_bus_id
 
 NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = 0, 1, 2, 3
 NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_UINT32 = 0, 1, 2, 3
@@ -25,6 +27,10 @@ _DTYPES = {0: np.int8, 1: np.uint8, 2: np.int32, 3: np.uint32, 4: np.int64, 5: n
 _REDUCE = {NCCL_SUM: np.add, NCCL_PROD: np.multiply, NCCL_MAX: np.maximum,
            NCCL_MIN: np.minimum}
 _CLIQUES = itertools.count(1)
+UNIQUE_ID_BYTES = 128
+# ncclResult_t values the simulator raises.
+_INVALID_ARGUMENT, _INVALID_USAGE = 4, 5
+available = True    # cupy.cuda.nccl.available: CuPy found the NCCL library
 
 
 class NcclError(RuntimeError):
@@ -40,9 +46,9 @@ def get_version():
 
 
 def get_unique_id():
-    """128 ints, as CuPy returns; the first ones carry this process's clique."""
-    token = int.from_bytes(os.urandom(6), "little")
-    return tuple([token % 128, (token >> 7) % 128, (token >> 14) % 128] + [0] * 125)
+    """NCCL_UNIQUE_ID_BYTES (128) bytes, as CuPy 14 returns (a tuple of ints
+    before 14.0); random, so each id names one clique."""
+    return os.urandom(UNIQUE_ID_BYTES)
 
 
 class _Group:
@@ -75,19 +81,28 @@ def reset():
 
 
 class NcclCommunicator:
-    """One rank of a clique."""
+    """One rank of a clique: ``NcclCommunicator(ndev, commId, rank)`` joins the
+    clique of the unique id ``commId`` (bytes from :func:`get_unique_id`) as
+    ``rank`` on the current GPU; each process is one rank and the data moves
+    over MPI. Like ncclCommInitRank, joining is collective: it returns once
+    every rank has joined, and refuses two ranks on one GPU of a host."""
 
-    def __init__(self, ndev, commId, rank):
-        self._size, self._rank = int(ndev), int(rank)
-        self._device = state.world().current_device
-        self._clique = tuple(commId)
-        # NOTE: a clique made from a unique id spans processes (one rank each);
-        # initAll's ranks all live in this one.
-        self._across_processes = self._size > 1 and not isinstance(commId[0], str)
-        if self._across_processes and _mpi_size() != self._size:
-            raise NcclError(5, f"the simulated NCCL moves a clique of {self._size} ranks "
-                               f"over MPI, but MPI has {_mpi_size()} processes")
-        self._destroyed = False
+    def __init__(self, ndev, commId, rank, config=None):
+        if not isinstance(commId, bytes):
+            raise TypeError(f"Argument 'commId' has incorrect type (expected bytes, got "
+                            f"{type(commId).__name__})")
+        self._setup(ndev, ("unique id", commId), rank, state.world().current_device)
+        if not 0 <= self._rank < self._size:
+            raise NcclError(_INVALID_ARGUMENT, f"ncclInvalidArgument: rank {rank} is not "
+                                               f"in [0, {self._size})")
+        self._across_processes = self._size > 1
+        if self._across_processes:
+            _join_over_mpi(self, commId)
+
+    def _setup(self, size, clique, rank, device):
+        self._size, self._rank, self._clique = int(size), int(rank), clique
+        self._device, self._destroyed = device, False
+        self._across_processes = False
 
     @staticmethod
     def initAll(devices, *args):
@@ -95,16 +110,12 @@ class NcclCommunicator:
         if len(set(devices)) != len(devices):
             raise NcclError(5, f"ncclInvalidUsage: duplicate GPUs {devices} in one clique")
         clique = ("initAll", next(_CLIQUES))
-        communicators = []
         world = state.world()
+        communicators = []
         for rank, device in enumerate(devices):
-            saved = world.current_device
             world.check_device(device)
-            world.current_device = device
-            try:
-                communicator = NcclCommunicator(len(devices), clique, rank)
-            finally:
-                world.current_device = saved
+            communicator = NcclCommunicator.__new__(NcclCommunicator)
+            communicator._setup(len(devices), clique, rank, device)
             communicators.append(communicator)
         return communicators
 
@@ -208,12 +219,46 @@ def _on_stream(call, work):
     work.execute(stream)
 
 
-def _mpi_size():
+def _join_over_mpi(communicator, unique_id):
+    """ncclCommInitRank's rendezvous, over MPI COMM_WORLD (one rank per process)."""
     try:
         from mpi4py import MPI
     except ImportError:
-        return 1
-    return MPI.COMM_WORLD.Get_size()
+        raise NcclError(_INVALID_USAGE, "the simulated NCCL moves a clique of "
+                                        f"{communicator._size} ranks over MPI, but mpi4py "
+                                        "is not installed") from None
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != communicator._size:
+        raise NcclError(_INVALID_USAGE, f"the simulated NCCL moves a clique of "
+                                        f"{communicator._size} ranks over MPI, but MPI has "
+                                        f"{comm.Get_size()} processes")
+    mine = (unique_id, communicator._rank, socket.gethostname(),
+            pci_bus_id(communicator._device))
+    _check_rendezvous(comm.allgather(mine), communicator._rank)
+
+
+def _check_rendezvous(everyone, my_rank):
+    """What a real NCCL would hang on or refuse, seen from every process alike."""
+    if len({uid for uid, *_ in everyone}) > 1:
+        raise NcclError(_INVALID_USAGE, "the simulated NCCL would hang: the processes "
+                                        "joined with different unique ids")
+    ranks = sorted(rank for _, rank, *_ in everyone)
+    if ranks != list(range(len(everyone))):
+        raise NcclError(_INVALID_USAGE, f"the simulated NCCL would hang: the processes "
+                                        f"joined as ranks {ranks}")
+    seen = {}
+    for _, rank, host, bus_id in sorted(everyone, key=lambda joined: joined[1]):
+        if (host, bus_id) in seen:
+            # NCCL's own words (init.cc), with the bus id as it prints it.
+            raise NcclError(_INVALID_USAGE, f"ncclInvalidUsage: Duplicate GPU detected : "
+                                            f"rank {rank} and rank {seen[host, bus_id]} both "
+                                            f"on CUDA device {_bus_id_number(bus_id):x}")
+        seen[host, bus_id] = rank
+
+
+def _bus_id_number(bus_id):
+    """NCCL's busIdToInt64: the hex digits of '0000:1E:00.0' read as one number."""
+    return int(bus_id.replace(":", "").replace(".", ""), 16)
 
 
 def _mpi_all_reduce(total, op):
