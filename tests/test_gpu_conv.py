@@ -234,15 +234,18 @@ def test_relu_keeps_nan_and_its_gradient_multiplies_as_relu_grad_does():
     assert np.isnan(dx[0]) and dx[1] == 1.0
 
 
-def test_inference_and_mixed_precision_batch_norm_take_the_generic_kernel(rng):
-    x, scale, offset = bn_inputs(rng, (2, 3, 3, 4), np.float16)
-    scale, offset = scale.astype(np.float32), offset.astype(np.float32)
-    for attrs, dtype in (({"epsilon": 1e-3, "is_training": True}, np.float16),
-                         ({"epsilon": 1e-3, "is_training": False}, np.float16)):
-        ours = GPU["FusedBatchNorm"](ctx(attrs, dtype))(x, scale, offset, scale, scale)
-        theirs = GENERIC["FusedBatchNorm"](ctx(attrs, dtype))(x, scale, offset, scale, scale)
-        for mine, expected in zip(ours, theirs):
-            np.testing.assert_array_equal(mine, expected)
+@pytest.mark.parametrize("x_dtype, stats_dtype, training", [
+    (np.float16, np.float16, True), (np.float16, np.float32, True),
+    (np.float32, np.float32, False)], ids=["float16", "mixed", "inference"])
+def test_other_batch_norms_take_the_generic_kernel(rng, x_dtype, stats_dtype, training):
+    x, scale, offset = bn_inputs(rng, (2, 3, 3, 4), x_dtype)
+    scale, offset = scale.astype(stats_dtype), offset.astype(stats_dtype)
+    attrs = {"epsilon": 1e-3, "is_training": training}
+    args = (x, scale, offset, offset, scale)        # moving mean and variance
+    ours = GPU["FusedBatchNorm"](ctx(attrs, x_dtype))(*args)
+    theirs = GENERIC["FusedBatchNorm"](ctx(attrs, x_dtype))(*args)
+    for mine, expected in zip(ours, theirs):
+        np.testing.assert_array_equal(mine, expected)
 
 
 def test_partial_blocks_cover_the_rows_in_at_most_max_blocks():
