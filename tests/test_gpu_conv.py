@@ -305,8 +305,8 @@ def test_raw_kernels_compile_with_nvrtc(spec, dtype):
     assert compile_log(spec.source(dtype), spec.name) is None
 
 
-@pytest.mark.parametrize("ctype", ["float", "double"])
-@pytest.mark.parametrize("spec", ELEMENTWISE_SPECS, ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec, ctype", [(spec, ctype) for spec in ELEMENTWISE_SPECS
+                                         for ctype in spec.types.values()], ids=str)
 def test_elementwise_kernels_compile_with_nvrtc(spec, ctype):
     assert compile_log(spec.standalone_source(ctype), spec.name) is None
 

@@ -109,7 +109,11 @@ def _takes(*arrays):
 
 def im2col(launcher, xp, x, lay):
     """The [N*OH*OW, KH*KW*C] patch matrix of ``x`` under layout ``lay`` (``x``
-    itself, reshaped, for a 1x1 window at stride 1)."""
+    itself, reshaped, for a 1x1 window at stride 1)::
+
+        lay = window_geometry._layout(32, 32, 3, 3, 1, 1, "SAME")
+        patches = im2col(CupyLauncher(), cupy, x, lay)    # x [N, 32, 32, C]
+    """
     (n, _, _, channels), (kh, kw) = x.shape, lay.window
     if (kh, kw) + tuple(lay.strides) == (1, 1, 1, 1):
         return x.reshape(-1, channels)
@@ -121,7 +125,11 @@ def im2col(launcher, xp, x, lay):
 
 
 def col2im(launcher, xp, columns, x_shape, lay):
-    """dx [N, H, W, C] from the [N*OH*OW, KH*KW*C] column gradients."""
+    """dx [N, H, W, C] from the [N*OH*OW, KH*KW*C] column gradients::
+
+        columns = launcher.gemm(grad2d, w2d.T)            # dpatches
+        dx = col2im(launcher, cupy, columns, x.shape, lay)
+    """
     dx = xp.empty(x_shape, columns.dtype)
     if dx.size:
         launcher.raw(COL2IM, x_shape[0] * x_shape[1], BLOCK, columns=columns, dx=dx,
@@ -163,7 +171,7 @@ def _conv_kernels(xp, table, launcher):
 
 def _takes_bits(x, w):
     """im2col moves bits: float16 convolutions take it too (cuBLAS does the GEMM)."""
-    return x.dtype == w.dtype == np.float16 and x.size and w.size
+    return x.dtype == w.dtype == np.float16 and x.size > 0 and w.size > 0
 
 
 # -- batch norm ------------------------------------------------------------------------
@@ -176,7 +184,11 @@ def _rows(xp, x):
 
 def batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu):
     """FusedBatchNorm in training (then ReLU if ``relu``): (y, batch mean,
-    unbiased batch variance, saved mean, saved inv_std)."""
+    unbiased batch variance, saved mean, saved inv_std)::
+
+        y, mean, variance, _, inv_std = batch_norm_training(
+            ReferenceLauncher(), np, x, scale, offset, 1e-3, relu=True)
+    """
     rows2d = _rows(xp, x)
     rows, channels = rows2d.shape
     blocks, rows_per_block = bn_specs.partial_blocks(rows)
@@ -198,7 +210,11 @@ def batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu):
 
 def batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale, mean, inv_std):
     """FusedBatchNormGrad in training, of ``grad`` masked by ``relu_output > 0``
-    first (ReluGrad) unless that is None: (dx, dscale, doffset)."""
+    first (ReluGrad) unless that is None: (dx, dscale, doffset)::
+
+        dx, dscale, doffset = batch_norm_grad_training(
+            ReferenceLauncher(), np, grad, y, x, scale, mean, inv_std)
+    """
     grad2d, rows2d = _rows(xp, grad), _rows(xp, x)
     rows, channels = rows2d.shape
     masked = relu_output is not None
@@ -286,7 +302,10 @@ def gpu_kernels(xp, table, launcher=None):
     """The makers that replace ``table``'s (a kernels.build_kernels table)
     Conv2D, Conv2DBackpropInput, FusedBatchNorm and FusedBatchNormGrad, plus
     the fused batch-norm chains; each falls back to ``table``'s maker for
-    what its kernels do not take. ``launcher``: CupyLauncher() by default."""
+    what its kernels do not take. ``launcher``: CupyLauncher() by default::
+
+        KERNELS.update(gpu_kernels(cupy, KERNELS))      # cupy_backend.py
+    """
     launcher = CupyLauncher() if launcher is None else launcher
     generic = dict(table)
     return {**_conv_kernels(xp, generic, launcher),

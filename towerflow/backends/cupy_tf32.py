@@ -28,7 +28,8 @@ _capabilities = set()       # of the GPUs opened so far in this process
 
 
 def tf32_requested(environ=None):
-    """Whether TOWERFLOW_TF32 leaves TF32 on (anything but '0')."""
+    """Whether TOWERFLOW_TF32 leaves TF32 on (anything but '0'):
+    ``tf32_requested({"TOWERFLOW_TF32": "0"})`` is False."""
     environ = os.environ if environ is None else environ
     return environ.get("TOWERFLOW_TF32", "1").strip() != "0"
 

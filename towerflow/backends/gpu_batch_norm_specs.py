@@ -36,7 +36,8 @@ MIN_ROWS_PER_BLOCK = 64
 
 def partial_blocks(rows):
     """(blocks, rows_per_block) for the partial sums over ``rows`` rows: a
-    function of the shape alone, so the sums add in the same order every run."""
+    function of the shape alone, so the sums add in the same order every run.
+    ``partial_blocks(524288)`` is (1024, 512)."""
     blocks = max(1, min(MAX_BLOCKS, -(-rows // MIN_ROWS_PER_BLOCK)))
     rows_per_block = max(1, -(-rows // blocks))
     return -(-rows // rows_per_block), rows_per_block

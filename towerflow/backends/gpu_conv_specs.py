@@ -135,7 +135,11 @@ COL2IM = RawKernelSpec(
 
 def geometry_args(x_shape, lay):
     """The geometry arguments of both kernels for images of ``x_shape`` and a
-    window_geometry layout ``lay``."""
+    window_geometry layout ``lay``::
+
+        launcher.raw(IM2COL, n * lay.out_h, BLOCK, x=x, patches=patches,
+                     **geometry_args(x.shape, lay))
+    """
     _, height, width, channels = x_shape
     (window_h, window_w), (stride_h, stride_w) = lay.window, lay.strides
     top, _, left, _ = lay.pads
