@@ -63,12 +63,13 @@ class RawKernelSpec:
     with ``T`` typedef'd per element type; ``reference(**args)`` does in NumPy
     what the kernel does, writing its output arrays in place."""
 
-    def __init__(self, name, params, body, reference, types=None):
+    def __init__(self, name, params, body, reference, types=None, register=True):
         self.name, self.params, self.body = name, params, body
         self.reference = reference
         self.types = FLOAT_TYPES if types is None else types
         self._parsed = parse_params(params)
-        _register(self)
+        if register:        # (a test's throwaway kernel is not)
+            _register(self)
 
     def ctype(self, dtype):
         """The C type T stands for with arrays of ``dtype``."""
