@@ -56,32 +56,41 @@ def make_batches(batch, count=4, seed=0):
 # -- towerflow -----------------------------------------------------------------------
 
 
+def build_training_step(batch, precision, device):
+    """The recipe's network and training step in a new graph, on ``device``:
+    (graph, images placeholder, labels placeholder, loss, train op, first
+    weights, initializer). benchmarks/gpu_traffic.py counts this graph."""
+    graph = tf.Graph()
+    previous = tf.mixed_precision.global_policy()
+    tf.mixed_precision.set_global_policy(precision)
+    try:
+        with graph.as_default(), tf.device(device):
+            tf.set_random_seed(0)
+            x = tf.placeholder(tf.float32, [batch, 32, 32, 3])
+            labels = tf.placeholder(tf.int64, [batch])
+            logits = tf.cast(RECIPE.logits(x, training=True), tf.float32)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=logits))
+            optimizer = tf.train.MomentumOptimizer(
+                LEARNING_RATE, MOMENTUM, use_nesterov=True, weight_decay=WEIGHT_DECAY)
+            if precision == "mixed_float16":
+                optimizer = tf.mixed_precision.LossScaleOptimizer(optimizer)
+            with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+                train_op = optimizer.minimize(loss)
+            weights = tf.trainable_variables()[0]
+            init = tf.global_variables_initializer()
+    finally:
+        tf.mixed_precision.set_global_policy(previous)
+    return graph, x, labels, loss, train_op, weights, init
+
+
 class TowerflowStep:
     """One training step of the recipe's network on ``device``: ``run(batch)``
     queues it, ``finish()`` waits for the device to finish."""
 
     def __init__(self, batch, precision, device, cuda_graphs):
-        graph = tf.Graph()
-        previous = tf.mixed_precision.global_policy()
-        tf.mixed_precision.set_global_policy(precision)
-        try:
-            with graph.as_default(), tf.device(device):
-                tf.set_random_seed(0)
-                self.x = tf.placeholder(tf.float32, [batch, 32, 32, 3])
-                self.labels = tf.placeholder(tf.int64, [batch])
-                logits = tf.cast(RECIPE.logits(self.x, training=True), tf.float32)
-                self.loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=self.labels, logits=logits))
-                optimizer = tf.train.MomentumOptimizer(
-                    LEARNING_RATE, MOMENTUM, use_nesterov=True, weight_decay=WEIGHT_DECAY)
-                if precision == "mixed_float16":
-                    optimizer = tf.mixed_precision.LossScaleOptimizer(optimizer)
-                with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
-                    self.train_op = optimizer.minimize(self.loss)
-                self.weights = tf.trainable_variables()[0]
-                init = tf.global_variables_initializer()
-        finally:
-            tf.mixed_precision.set_global_policy(previous)
+        graph, self.x, self.labels, _, self.train_op, self.weights, init = \
+            build_training_step(batch, precision, device)
         self.sess = tf.Session(graph=graph, config=tf.ConfigProto(cuda_graphs=cuda_graphs))
         self.sess.run(init)
 

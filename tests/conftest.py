@@ -1,6 +1,7 @@
 """Shared fixtures: a fresh default graph and device configuration for every
 test, logical CPUs standing in for towers, and fake GPUs for placement tests."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ from towerflow.device.physical import GpuInfo
 from towerflow.graph import registry
 
 N_LOGICAL_CPUS = 4
+# The suites compare GPU results with the NumPy kernels at float32 tolerances:
+# float32 GEMMs in full float32, not TF32 (see towerflow/backends/cupy_tf32.py).
+os.environ["TOWERFLOW_TF32"] = "0"
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"   # ../shared/data
 
 

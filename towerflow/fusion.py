@@ -30,6 +30,15 @@ Fused chains (kernel name: ops, first to last):
   ReluGrad's. A window's gradient goes to a cell equal to its max, so masking
   the small pooled gradient by ``max > 0`` equals masking the big one by
   ``y > 0``.
+- ``_FusedBatchNormRelu``: FusedBatchNorm (training) → Relu. Inputs the batch
+  norm's; outputs (the ReLU's, then the batch norm's four statistics). It
+  runs where the batch norm ran: the moving-average updates that read the
+  statistics come between the two ops.
+- ``_ReluGradBatchNormGrad``: ReluGrad → FusedBatchNormGrad (training).
+  Inputs (grad, relu output, then the batch-norm gradient's x, scale, mean,
+  inv_std); outputs the batch-norm gradient's.
+
+Only GPUs have the batch-norm chains' kernels (backends/cupy_conv.py).
 """
 
 import os
@@ -47,7 +56,7 @@ class FusedOp:
     """Several graph ops run as one kernel (see the module docstring)."""
 
     def __init__(self, kernel, members, inputs, outputs, attrs, device, stand_ins=None,
-                 shape_only_inputs=()):
+                 shape_only_inputs=(), runs_first=False):
         self.type = kernel
         self.op_def = OpDef(kernel, shape_fn=None, kernel=kernel, variadic_outputs=True,
                             shape_only_inputs=shape_only_inputs)
@@ -61,6 +70,8 @@ class FusedOp:
         # {inner tensor: an output of the same shape and dtype}, for readers of
         # the inner tensor's shape only
         self.stand_ins = stand_ins or {}
+        # Runs where its first member ran (else its last): see _Context.can_run_early.
+        self.runs_first = runs_first
 
     def __repr__(self):
         return f"<FusedOp {self.type} '{self.name}'>"
@@ -90,7 +101,7 @@ def _replace(units, chains):
             continue
         for member in fused.members:
             replaced[member] = fused
-        position_of_fused[fused.members[-1]] = fused
+        position_of_fused[fused.members[0 if fused.runs_first else -1]] = fused
     kept = []
     for unit in units:
         if unit in position_of_fused:
@@ -143,6 +154,24 @@ class _Context:
         if inner & (self.control_dependents | self.run_targets):
             return False
         return self._nothing_in_between(members)
+
+    def can_run_early(self, members, kernel):
+        """Whether ``members`` may run as ``kernel`` where the first ran: the
+        later members read nothing but the chain's own tensors and values
+        made before it, and wait on nothing made after it. (Ops in between
+        may then read the first member's outputs: the fused op makes them.)"""
+        device = self.device_of(members[0])
+        if kernel not in self.kernels_of(device) or \
+                any(self.device_of(op) != device for op in members[1:]):
+            return False
+        if set(members[:-1]) & (self.control_dependents | self.run_targets):
+            return False
+        first = self.position[members[0]]
+        own = {tensor for op in members for tensor in op.outputs}
+        return all(self.position.get(tensor.op, -1) < first
+                   for op in members[1:] for tensor in op.inputs if tensor not in own) and \
+            all(self.position.get(control, -1) < first
+                for op in members[1:] for control in op.control_inputs)
 
     def _nothing_in_between(self, members):
         first, last = self.position[members[0]], self.position[members[-1]]
@@ -239,6 +268,41 @@ def _max_pool_grad_relu(relu_grad, context):
                    context.stand_ins([grad], relu_grad.outputs[0]), shape_only_inputs=(0,))
 
 
+def _batch_norm_relu(batch_norm, context):
+    """FusedBatchNorm (training, decided when built) → Relu."""
+    if batch_norm.attrs.get("is_training") is not True:
+        return None
+    relu = context.only_reader(batch_norm.outputs[0])
+    if relu is None or relu.type != "Relu":
+        return None
+    members = [batch_norm, relu]
+    if not context.can_run_early(members, "_FusedBatchNormRelu"):
+        return None
+    return FusedOp("_FusedBatchNormRelu", members, list(batch_norm.inputs),
+                   [relu.outputs[0]] + list(batch_norm.outputs[1:]), dict(batch_norm.attrs),
+                   context.device_of(batch_norm),
+                   context.stand_ins([batch_norm.outputs[0]], relu.outputs[0]), runs_first=True)
+
+
+def _relu_grad_batch_norm_grad(relu_grad, context):
+    """ReluGrad → FusedBatchNormGrad (training, decided when built)."""
+    bn_grad = context.only_reader(relu_grad.outputs[0])
+    if bn_grad is None or bn_grad.type != "FusedBatchNormGrad" or \
+            bn_grad.inputs[0] is not relu_grad.outputs[0] or \
+            bn_grad.attrs.get("is_training") is not True:
+        return None
+    members = [relu_grad, bn_grad]
+    if not context.can_fuse(members, "_ReluGradBatchNormGrad"):
+        return None
+    grad, relu_output = relu_grad.inputs
+    return FusedOp("_ReluGradBatchNormGrad", members,
+                   [grad, relu_output] + list(bn_grad.inputs[1:5]), list(bn_grad.outputs),
+                   dict(bn_grad.attrs), context.device_of(bn_grad),
+                   context.stand_ins([relu_grad.outputs[0]], bn_grad.outputs[0]))
+
+
 # Backward chains fuse first: whether a forward chain may take in its MaxPool
-# depends on who reads the pool's winners once the gradients are fused.
-_PASSES = ({"ReluGrad": _max_pool_grad_relu}, {"Conv2D": _conv_bias_relu})
+# depends on who reads the pool's winners once the gradients are fused. A
+# ReluGrad after a MaxPoolGrad joins the pool's gradient (the smaller array).
+_PASSES = ({"ReluGrad": _max_pool_grad_relu}, {"ReluGrad": _relu_grad_batch_norm_grad},
+           {"Conv2D": _conv_bias_relu, "FusedBatchNorm": _batch_norm_relu})

@@ -33,7 +33,7 @@ import numpy as np
 from .. import errors
 from ..graph import registry
 from ..parallel import nccl as nccl_ops
-from . import register_backend
+from . import cupy_conv, cupy_tf32, register_backend
 from .kernels import build_kernels
 
 
@@ -109,6 +109,7 @@ class FusedUpdates:
 _use_cub()
 KERNELS = {**build_kernels(cupy, fused_updates=FusedUpdates()),
            "NcclAllReduce": _nccl_member}
+KERNELS.update(cupy_conv.gpu_kernels(cupy, KERNELS))    # one-pass conv and batch-norm kernels
 registry.register_kernels("GPU", KERNELS)
 
 _MB = 2**20
@@ -126,6 +127,7 @@ class CupyDevice:
         self.capture_group = logical_device.gpu.index   # one CUDA graph per physical GPU
         self.device = cupy.cuda.Device(logical_device.gpu.index)
         with self.device:
+            cupy_tf32.configure(self.device)        # float32 GEMMs: TF32 unless TOWERFLOW_TF32=0
             self.stream = cupy.cuda.Stream(non_blocking=True)
             self.pool = cupy.cuda.MemoryPool()
             self.pool.set_limit(size=self.memory_limit)

@@ -1,0 +1,312 @@
+"""GPU kernels for convolutions and batch norm: one pass over memory per
+kernel where the generic CuPy path of kernels.py makes many.
+
+NOTE: written and checked on a machine without a GPU. Every CUDA kernel here
+compiles with NVRTC and its NumPy reference matches the NumPy kernels
+(tests/test_gpu_conv.py); the kernels themselves have not run on a GPU.
+
+Design. benchmarks/gpu_traffic.py counts the cifar10 recipe's training
+step (batch 512, float32): 17.7 GB read and written in 660 launches with
+the generic CuPy kernels, 10.0 GB in 332 with these (README, *GPUs*).
+
+- **Convolution: one-pass im2col + cuBLAS GEMM.** ``towerflow_im2col``
+  writes the [N*OH*OW, KH*KW*C] patch matrix in one pass over the input
+  (the generic path zero-fills a padded copy, copies the input into it,
+  then gathers); one GEMM multiplies it by the filter, and Conv2D keeps the
+  patches for the filter gradient (one GEMM). The input gradient is one
+  GEMM into the [N*OH*OW, KH*KW*C] column matrix and one ``towerflow_col2im``
+  pass that sums, for each input cell, the columns that read it (a gather:
+  no atomics, a fixed order); the generic path ran 9 GEMMs and 8 strided
+  adds for a 3x3 filter.
+  Why not an implicit GEMM (the patches never written, as cuDNN does): by
+  the same count the step would move 4.4 GB instead of 10.0, but a
+  hand-written kernel runs on the FP32 cores, not the tensor cores cuBLAS
+  uses under TF32 (on an H100/H200 about 67 against about 495 TFLOP/s):
+  the ~82 GFLOP of the step's convolutions would take at least 1.2 ms at
+  the FP32 peak, about what the 5.5 GB saved cost (1.3 ms at 4.3 TB/s), and
+  a kernel that cannot be tuned, or even run, without a GPU would be far
+  from that peak. cuDNN through ``nvidia-cudnn-frontend`` would give both; it installs
+  from PyPI (1.32.0, 11.6 MB) but needs the cuDNN library, CUTLASS DSL and
+  TVM-FFI wheels beside CuPy, builds its own graphs and handles, and none
+  of it can be checked without a GPU.
+- **Batch norm (+ ReLU): three launches each way**, statistics in one pass
+  (see gpu_batch_norm_specs.py), the ReLU applied, and its gradient
+  masked, in the same elementwise pass (the fusion chains
+  ``_FusedBatchNormRelu`` and ``_ReluGradBatchNormGrad`` of fusion.py,
+  which form only where the device's table has these kernels: GPUs).
+
+Which kernels run (everything else goes to the generic kernels, unchanged):
+float32 and float64 arrays, non-empty, training-mode batch norm; im2col also
+takes float16 (it moves bits). The generic kernels still serve float16
+convolutions' input gradient and mixed-precision batch norm.
+
+``gpu_kernels(xp, table, launcher)`` returns the makers that replace the
+table's; the launcher runs the specs: :class:`CupyLauncher` on a GPU,
+:class:`ReferenceLauncher` (their NumPy references) in tests::
+
+    table = kernels.build_kernels(np)
+    table.update(gpu_kernels(np, table, ReferenceLauncher()))
+"""
+
+import numpy as np
+
+from . import gpu_batch_norm_specs as bn_specs
+from .gpu_conv_specs import BLOCK, COL2IM, IM2COL, geometry_args
+from .kernel_specs import FLOAT_TYPES
+from .window_geometry import _layout_maker
+
+# The fusion chains these kernels serve (see towerflow.fusion).
+FUSED_KERNELS = ("_FusedBatchNormRelu", "_ReluGradBatchNormGrad")
+
+
+class CupyLauncher:
+    """Runs kernel specs as CuPy kernels on the current device and stream,
+    each built once per spec and element type."""
+
+    def __init__(self):
+        self._built = {}
+
+    def raw(self, spec, grid, block, **args):
+        dtype = spec.array_dtype(args)
+        kernel = self._built.get((spec.name, dtype))
+        if kernel is None:
+            kernel = self._built[(spec.name, dtype)] = spec.kernel(dtype)
+        kernel((grid,), (block,), tuple(spec.ordered_args(args, dtype)))
+
+    def elementwise(self, spec, *arrays):
+        kernel = self._built.get(spec.name)
+        if kernel is None:
+            kernel = self._built[spec.name] = spec.kernel()
+        kernel(*arrays)
+
+    def gemm(self, a, b):
+        import cupy
+        return cupy.matmul(a, b)
+
+
+class ReferenceLauncher:
+    """Runs kernel specs by their NumPy references (NumPy arrays)."""
+
+    def raw(self, spec, grid, block, **args):
+        spec.run_reference(**args)
+
+    def elementwise(self, spec, *arrays):
+        spec.run_reference(*arrays)
+
+    def gemm(self, a, b):
+        return np.matmul(a, b)
+
+
+def _takes(*arrays):
+    """Whether these kernels take the arrays: all float32 or all float64, none empty."""
+    dtype = arrays[0].dtype
+    return dtype in FLOAT_TYPES and all(array.dtype == dtype and array.size
+                                        for array in arrays)
+
+
+# -- convolution -----------------------------------------------------------------------
+
+
+def im2col(launcher, xp, x, lay):
+    """The [N*OH*OW, KH*KW*C] patch matrix of ``x`` under layout ``lay`` (``x``
+    itself, reshaped, for a 1x1 window at stride 1)::
+
+        lay = window_geometry._layout(32, 32, 3, 3, 1, 1, "SAME")
+        patches = im2col(CupyLauncher(), cupy, x, lay)    # x [N, 32, 32, C]
+    """
+    (n, _, _, channels), (kh, kw) = x.shape, lay.window
+    if (kh, kw) + tuple(lay.strides) == (1, 1, 1, 1):
+        return x.reshape(-1, channels)
+    patches = xp.empty((n * lay.out_h * lay.out_w, kh * kw * channels), x.dtype)
+    if patches.size:
+        launcher.raw(IM2COL, n * lay.out_h, BLOCK, x=xp.ascontiguousarray(x),
+                     patches=patches, **geometry_args(x.shape, lay))
+    return patches
+
+
+def col2im(launcher, xp, columns, x_shape, lay):
+    """dx [N, H, W, C] from the [N*OH*OW, KH*KW*C] column gradients::
+
+        columns = launcher.gemm(grad2d, w2d.T)            # dpatches
+        dx = col2im(launcher, cupy, columns, x.shape, lay)
+    """
+    dx = xp.empty(x_shape, columns.dtype)
+    if dx.size:
+        launcher.raw(COL2IM, x_shape[0] * x_shape[1], BLOCK, columns=columns, dx=dx,
+                     **geometry_args(x_shape, lay))
+    return dx
+
+
+def _conv_kernels(xp, table, launcher):
+    def conv2d(ctx):
+        generic, layout_of = table["Conv2D"](ctx), _layout_maker(ctx.attrs)
+
+        def conv(x, w):
+            if not (_takes(x, w) or _takes_bits(x, w)):
+                return generic(x, w)
+            kh, kw, channels, out_channels = w.shape
+            lay = layout_of(x.shape, (kh, kw))
+            patches = im2col(launcher, xp, x, lay)
+            y = launcher.gemm(patches, w.reshape(kh * kw * channels, out_channels))
+            return y.reshape(x.shape[0], lay.out_h, lay.out_w, out_channels), patches
+        return conv
+
+    def backprop_input(ctx):
+        generic, layout_of = table["Conv2DBackpropInput"](ctx), _layout_maker(ctx.attrs)
+
+        def grad_input(x, w, grad):
+            if not _takes(w, grad):
+                return generic(x, w, grad)
+            kh, kw, channels, out_channels = w.shape
+            lay = layout_of(x.shape, (kh, kw))
+            grad2d = grad.reshape(-1, out_channels)
+            w2d = w.reshape(kh * kw * channels, out_channels)
+            if (kh, kw) + tuple(lay.strides) == (1, 1, 1, 1):
+                return launcher.gemm(grad2d, w2d.T).reshape(x.shape)
+            return col2im(launcher, xp, launcher.gemm(grad2d, w2d.T), tuple(x.shape), lay)
+        return grad_input
+
+    return {"Conv2D": conv2d, "Conv2DBackpropInput": backprop_input}
+
+
+def _takes_bits(x, w):
+    """im2col moves bits: float16 convolutions take it too (cuBLAS does the GEMM)."""
+    return x.dtype == w.dtype == np.float16 and x.size > 0 and w.size > 0
+
+
+# -- batch norm ------------------------------------------------------------------------
+
+
+def _rows(xp, x):
+    """``x`` as C-contiguous [R, C] rows."""
+    return xp.ascontiguousarray(x).reshape(-1, x.shape[-1])
+
+
+def batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu):
+    """FusedBatchNorm in training (then ReLU if ``relu``): (y, batch mean,
+    unbiased batch variance, saved mean, saved inv_std)::
+
+        y, mean, variance, _, inv_std = batch_norm_training(
+            ReferenceLauncher(), np, x, scale, offset, 1e-3, relu=True)
+    """
+    rows2d = _rows(xp, x)
+    rows, channels = rows2d.shape
+    blocks, rows_per_block = bn_specs.partial_blocks(rows)
+    first, second = (xp.empty((blocks, channels), x.dtype) for _ in range(2))
+    shift = rows2d[0]
+    launcher.raw(bn_specs.BN_STATS_PARTIALS, blocks, bn_specs.BLOCK, x=rows2d, shift=shift,
+                 rows=rows, channels=channels, rows_per_block=rows_per_block,
+                 first_out=first, second_out=second)
+    mean, variance, inv_std, gain = (xp.empty(channels, x.dtype) for _ in range(4))
+    launcher.raw(bn_specs.BN_STATS_FINISH, _finish_grid(channels), bn_specs.FINISH_BLOCK,
+                 first=first, second=second, shift=shift, scale=xp.ascontiguousarray(scale),
+                 blocks=blocks, channels=channels, rows=rows, epsilon=epsilon, mean=mean,
+                 variance=variance, inv_std=inv_std, gain=gain)
+    y = xp.empty_like(rows2d)
+    launcher.elementwise(bn_specs.BN_APPLY_RELU if relu else bn_specs.BN_APPLY,
+                         rows2d, mean, gain, offset, y)
+    return y.reshape(x.shape), mean, variance, mean, inv_std
+
+
+def batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale, mean, inv_std):
+    """FusedBatchNormGrad in training, of ``grad`` masked by ``relu_output > 0``
+    first (ReluGrad) unless that is None: (dx, dscale, doffset)::
+
+        dx, dscale, doffset = batch_norm_grad_training(
+            ReferenceLauncher(), np, grad, y, x, scale, mean, inv_std)
+    """
+    grad2d, rows2d = _rows(xp, grad), _rows(xp, x)
+    rows, channels = rows2d.shape
+    masked = relu_output is not None
+    relu2d = _rows(xp, relu_output) if masked else grad2d     # not read when unmasked
+    blocks, rows_per_block = bn_specs.partial_blocks(rows)
+    first, second = (xp.empty((blocks, channels), grad.dtype) for _ in range(2))
+    mean = xp.ascontiguousarray(mean)
+    launcher.raw(bn_specs.BN_GRAD_PARTIALS, blocks, bn_specs.BLOCK, grad=grad2d,
+                 relu_output=relu2d, x=rows2d, mean=mean, rows=rows, channels=channels,
+                 rows_per_block=rows_per_block, masked=int(masked), first_out=first,
+                 second_out=second)
+    dscale, doffset, gain, k_centered, k_offset = (xp.empty(channels, grad.dtype)
+                                                   for _ in range(5))
+    launcher.raw(bn_specs.BN_GRAD_FINISH, _finish_grid(channels), bn_specs.FINISH_BLOCK,
+                 first=first, second=second, scale=xp.ascontiguousarray(scale),
+                 inv_std=xp.ascontiguousarray(inv_std), blocks=blocks, channels=channels,
+                 rows=rows, dscale=dscale, doffset=doffset, gain=gain, k_centered=k_centered,
+                 k_offset=k_offset)
+    dx = xp.empty_like(grad2d)
+    coefficients = (mean, gain, k_centered, k_offset, dx)
+    if masked:
+        launcher.elementwise(bn_specs.BN_GRAD_APPLY_MASKED, grad2d, relu2d, rows2d,
+                             *coefficients)
+    else:
+        launcher.elementwise(bn_specs.BN_GRAD_APPLY, grad2d, rows2d, *coefficients)
+    return dx.reshape(x.shape), dscale, doffset
+
+
+def _finish_grid(channels):
+    return -(-channels // bn_specs.FINISH_BLOCK)
+
+
+def _batch_norm_kernels(xp, table, launcher):
+    def forward(relu):
+        def make(ctx):
+            generic = table["FusedBatchNorm"](ctx)
+            if ctx.attrs["is_training"] is not True:    # inference, or a fed flag
+                return _relu_after(xp, generic) if relu else generic
+            epsilon = ctx.attrs["epsilon"]
+
+            def run(x, scale, offset, mean, variance):
+                if not _takes(x, scale, offset):
+                    outputs = generic(x, scale, offset, mean, variance)
+                    return (xp.maximum(outputs[0], 0),) + outputs[1:] if relu else outputs
+                return batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu)
+            return run
+        return make
+
+    def backward(masked):
+        def make(ctx):
+            generic = table["FusedBatchNormGrad"](ctx)
+            if ctx.attrs["is_training"] is not True:
+                return _relu_grad_before(generic) if masked else generic
+
+            def run(grad, *inputs):
+                relu_output, (x, scale, mean, inv_std) = \
+                    (inputs[0], inputs[1:]) if masked else (None, inputs)
+                if not _takes(grad, x, scale, mean, inv_std):
+                    if masked:
+                        grad = grad * (relu_output > 0)
+                    return generic(grad, x, scale, mean, inv_std)
+                return batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale,
+                                                mean, inv_std)
+            return run
+        return make
+
+    return {"FusedBatchNorm": forward(False), "_FusedBatchNormRelu": forward(True),
+            "FusedBatchNormGrad": backward(False), "_ReluGradBatchNormGrad": backward(True)}
+
+
+def _relu_after(xp, generic):
+    def run(*inputs):
+        outputs = generic(*inputs)
+        return (xp.maximum(outputs[0], 0),) + tuple(outputs[1:])
+    return run
+
+
+def _relu_grad_before(generic):
+    def run(grad, relu_output, *inputs):
+        return generic(grad * (relu_output > 0), *inputs)
+    return run
+
+
+def gpu_kernels(xp, table, launcher=None):
+    """The makers that replace ``table``'s (a kernels.build_kernels table)
+    Conv2D, Conv2DBackpropInput, FusedBatchNorm and FusedBatchNormGrad, plus
+    the fused batch-norm chains; each falls back to ``table``'s maker for
+    what its kernels do not take. ``launcher``: CupyLauncher() by default::
+
+        KERNELS.update(gpu_kernels(cupy, KERNELS))      # cupy_backend.py
+    """
+    launcher = CupyLauncher() if launcher is None else launcher
+    generic = dict(table)
+    return {**_conv_kernels(xp, generic, launcher),
+            **_batch_norm_kernels(xp, generic, launcher)}
