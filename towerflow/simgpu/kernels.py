@@ -250,19 +250,37 @@ def register_reference(name, function, writes):
 
 
 class RawKernel:
-    """cupy.RawKernel: runs the NumPy reference registered for its name."""
+    """cupy.RawKernel: runs the NumPy reference registered for its name, or
+    the reference of towerflow's kernel spec of that name
+    (towerflow.backends.kernel_specs), which writes its non-const pointers."""
 
     def __init__(self, code, name, options=(), backend="nvrtc", translate_cucomplex=False,
                  enable_cooperative_groups=False, jitify=False):
         self.code, self.name, self.options = code, name, options
 
     def __call__(self, grid, block, args, *, shared_mem=0):
-        if self.name not in REFERENCES:
-            raise NotImplementedError(f"the simulated GPU has no NumPy reference for the "
-                                      f"RawKernel {self.name!r} (register_reference)")
-        function, writes = REFERENCES[self.name]
+        function, writes = _reference_of(self.name)
         written = tuple(args[index] for index in writes)
         arrays.launch(function, tuple(args), {}, self.name, written=written)
+
+
+def _reference_of(name):
+    if name in REFERENCES:
+        return REFERENCES[name]
+    from towerflow.backends import kernel_specs
+    try:
+        spec = kernel_specs.spec_named(name)
+    except KeyError:
+        raise NotImplementedError(f"the simulated GPU has no NumPy reference for the "
+                                  f"RawKernel {name!r} (register_reference)") from None
+    params = kernel_specs.parse_params(spec.params)
+    names = [param for _, param in params]
+    writes = [index for index, (kind, _) in enumerate(params)
+              if kind.endswith("*") and not kind.startswith("const")]
+
+    def run(*values):
+        spec.reference(**dict(zip(names, values)))
+    return run, writes
 
 
 # -- cupy.random ---------------------------------------------------------------------------

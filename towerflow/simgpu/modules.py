@@ -186,7 +186,8 @@ def build(gpu_name, memory_bytes):
                    nccl=nccl_module, is_available=lambda: True)
     accelerator = _module("cupy._core._accelerator", ACCELERATOR_CUB=1, ACCELERATOR_CUTENSOR=2,
                           **_accelerator_functions())
-    core = _module("cupy._core", _accelerator=accelerator)
+    linalg = _module("cupy._core._routines_linalg", **_linalg_functions())
+    core = _module("cupy._core", _accelerator=accelerator, _routines_linalg=linalg)
     random = _module("cupy.random", default_rng=kernels.default_rng,
                      Generator=kernels.Generator)
     cupyx = _module("cupyx", empty_pinned=memory.empty_pinned,
@@ -200,7 +201,8 @@ def build(gpu_name, memory_bytes):
     return {"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.runtime": runtime_module,
             "cupy.cuda.memory": memory_module, "cupy.cuda.graph": graph_module,
             "cupy.cuda.nccl": nccl_module, "cupy._core": core,
-            "cupy._core._accelerator": accelerator, "cupy.random": random, "cupyx": cupyx}
+            "cupy._core._accelerator": accelerator, "cupy._core._routines_linalg": linalg,
+            "cupy.random": random, "cupyx": cupyx}
 
 
 _CUPY = None
@@ -222,3 +224,21 @@ def _accelerator_functions():
             "set_reduction_accelerators": lambda values: chosen.update(reduction=list(values)),
             "get_routine_accelerators": lambda: list(chosen["routine"]),
             "set_routine_accelerators": lambda values: chosen.update(routine=list(values))}
+
+
+def _linalg_functions():
+    """The GEMM compute type (TF32 or not): kept, and reported; the simulator
+    multiplies in NumPy's precision whatever it is set to."""
+    names = {0: "COMPUTE_TYPE_TBD", 1: "COMPUTE_TYPE_DEFAULT", 2: "COMPUTE_TYPE_PEDANTIC",
+             3: "COMPUTE_TYPE_FP16", 4: "COMPUTE_TYPE_FP32", 5: "COMPUTE_TYPE_FP64",
+             6: "COMPUTE_TYPE_BF16", 7: "COMPUTE_TYPE_TF32"}
+    chosen = {}
+
+    def set_compute_type(dtype, compute_type):
+        chosen[np.dtype(dtype)] = compute_type
+
+    def get_compute_type(dtype):
+        return chosen.get(np.dtype(dtype), 1)
+    return {**{name: value for value, name in names.items()},
+            "set_compute_type": set_compute_type, "get_compute_type": get_compute_type,
+            "compute_type_to_str": lambda value: names[value]}
