@@ -34,6 +34,7 @@ from .. import errors
 from ..graph import registry
 from ..parallel import nccl as nccl_ops
 from . import register_backend
+from .cupy_bfloat16 import gpu_kernels_with_bfloat16
 from .kernels import build_kernels
 
 
@@ -107,8 +108,8 @@ class FusedUpdates:
 
 
 _use_cub()
-KERNELS = {**build_kernels(cupy, fused_updates=FusedUpdates()),
-           "NcclAllReduce": _nccl_member}
+KERNELS = gpu_kernels_with_bfloat16(cupy, {**build_kernels(cupy, fused_updates=FusedUpdates()),
+                                            "NcclAllReduce": _nccl_member})
 registry.register_kernels("GPU", KERNELS)
 
 _MB = 2**20
