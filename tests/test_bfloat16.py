@@ -112,6 +112,25 @@ def test_constants_feeds_and_dtype_errors():
             c + tf.constant(1.0)
 
 
+def test_bfloat16_variables_save_and_restore_bit_for_bit(tmp_path):
+    # NumPy alone would write bfloat16 to the .npz as raw 'V2' bytes, read back as void
+    values = bf16([0.1, -2.5, 3e38, np.inf])
+    with tf.Graph().as_default():
+        w = tf.Variable(values, name="w")
+        assert w.dtype is tf.bfloat16
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            path = tf.train.Saver().save(sess, str(tmp_path / "model"))
+    with tf.Graph().as_default():
+        w = tf.Variable(tf.zeros([4], tf.bfloat16), name="w")
+        with tf.Session() as sess:
+            tf.train.Saver().restore(sess, path)
+            restored = sess.run(w)
+    assert restored.dtype == BF16
+    assert restored.tobytes() == values.tobytes()
+    assert tf.train.load_variable(path, "w").dtype == BF16
+
+
 # -- ops against float32 NumPy ----------------------------------------------------------
 
 
