@@ -3,14 +3,17 @@ bfloat16 inputs (exact, as bfloat16 values are float32 values) and round
 each bfloat16 output once; ops that only move, select or compare values,
 and the stateful ones, run on the bfloat16 arrays themselves.
 
-This is TensorFlow's CPU rule for bfloat16 (MatMul, Conv2D, reductions,
-softmax cross-entropy and batch-norm statistics accumulate in float32) kept
-for every op, so the kernels need no bfloat16 code of their own. It also
-keeps bfloat16 away from what cannot take it: NumPy sees ml_dtypes'
-bfloat16 as kind 'V' (the kernels' float checks would send it down integer
-paths), promotes ``bfloat16_array * 0.5`` to float32 (an output would leak
-out as float32), and has no ``np.finfo`` or random draws for it; the
-compiled kernels (native.py) and Winograd take float32 and float64 only::
+Matmuls, convolutions, reductions, softmax cross-entropy and batch-norm
+statistics thus accumulate in float32, and the kernels need no bfloat16
+code of their own. Slow but exact; and NumPy on ml_dtypes' bfloat16 (0.6,
+NumPy 2.4) is not: its elementwise ufuncs work (each computes in float32
+and rounds), but ``sum``, ``mean`` and ``cumsum`` accumulate in bfloat16
+(``np.ones(1000, bfloat16).sum()`` is 256), ``np.matmul`` of two bfloat16
+arrays returns float32, ``bfloat16_array * 0.5`` is float32 (an output
+would leak out as float32), ``einsum``, ``np.finfo`` and random draws
+refuse it, and its kind is 'V' (the kernels' float checks would send it
+down integer paths). The compiled kernels (native.py) and Winograd take
+float32 and float64 only, so they only ever see the widened arrays::
 
     table = with_bfloat16(build_kernels(np))     # every kernel, bfloat16-ready
     table["MatMul"](ctx)(a, b)                   # a, b bfloat16 -> float32 GEMM -> bfloat16
