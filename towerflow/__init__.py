@@ -20,8 +20,8 @@ from . import (config, data, device_lib, errors, layers, losses, mixed_precision
 from . import testing as test
 from .autodiff import gradients, stop_gradient
 from .device import DeviceSpec
-from .dtypes import (DType, as_dtype, bool, double, float16, float32, float64, half,  # noqa: A004
-                     int8, int16, int32, int64, uint8, uint16)
+from .dtypes import (DType, as_dtype, bfloat16, bool, double, float16, float32,  # noqa: A004
+                     float64, half, int8, int16, int32, int64, uint8, uint16)
 from .graph import Graph, GraphKeys, Operation, Tensor, TensorShape
 from .graph.core import get_default_graph, reset_default_graph
 from .log import get_logger

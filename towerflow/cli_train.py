@@ -17,8 +17,10 @@ def add_train_parser(commands):
     where.add_argument("--cpu-towers", type=int, help="N logical CPUs as towers")
     train.add_argument("--all-reduce", default="auto",
                        choices=["auto", "cpu", "local", "nccl", "mpi"])
-    train.add_argument("--precision", default="float32", choices=["float32", "mixed_float16"],
-                       help="mixed_float16: float16 compute, float32 weights, loss scaling")
+    train.add_argument("--precision", default="float32",
+                       choices=["float32", "mixed_float16", "mixed_bfloat16"],
+                       help="mixed_float16: float16 compute, float32 weights, loss scaling; "
+                            "mixed_bfloat16: bfloat16 compute, float32 weights, no scaling")
     train.add_argument("--batch-size", type=int)
     length = train.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int)

@@ -5,9 +5,31 @@ dtype or type, or a name::
 
     tf.as_dtype('float32') is tf.float32        # True
     tf.float32.as_numpy_dtype                     # numpy.float32
+
+``bfloat16`` is ml_dtypes' NumPy type (the one TensorFlow and JAX use):
+``tf.bfloat16.as_numpy_dtype is ml_dtypes.bfloat16``.
 """
 
+import ml_dtypes
 import numpy as np
+
+# NOTE: NumPy sees ml_dtypes' bfloat16 as kind 'V' (a user-defined type), and
+# np.finfo refuses it: ask these helpers, never dtype.kind or np.finfo directly.
+_BFLOAT16_NUMPY = np.dtype(ml_dtypes.bfloat16)
+
+
+def numpy_kind(numpy_dtype):
+    """NumPy's kind letter of ``numpy_dtype``, with bfloat16 a float ('f').
+
+    Example: ``numpy_kind(np.dtype(ml_dtypes.bfloat16)) == 'f'``.
+    """
+    numpy_dtype = np.dtype(numpy_dtype)
+    return "f" if numpy_dtype == _BFLOAT16_NUMPY else numpy_dtype.kind
+
+
+def is_bfloat16(numpy_dtype):
+    """Whether a NumPy (or CuPy) dtype is bfloat16: ``is_bfloat16(x.dtype)``."""
+    return numpy_dtype == _BFLOAT16_NUMPY
 
 
 class DType:
@@ -22,7 +44,7 @@ class DType:
 
     @property
     def is_floating(self):
-        return self._np.kind == "f"
+        return numpy_kind(self._np) == "f"
 
     @property
     def is_integer(self):
@@ -46,11 +68,16 @@ class DType:
 
     @property
     def min(self):
-        return np.finfo(self._np).min if self.is_floating else np.iinfo(self._np).min
+        return self._limits().min
 
     @property
     def max(self):
-        return np.finfo(self._np).max if self.is_floating else np.iinfo(self._np).max
+        return self._limits().max
+
+    def _limits(self):
+        if self._np == _BFLOAT16_NUMPY:
+            return ml_dtypes.finfo(self._np)    # as TF: values of the dtype itself
+        return np.finfo(self._np) if self.is_floating else np.iinfo(self._np)
 
     def __repr__(self):
         return "tf." + self.name
@@ -60,6 +87,7 @@ class DType:
 
 
 float16 = DType("float16", np.float16)
+bfloat16 = DType("bfloat16", ml_dtypes.bfloat16)
 float32 = DType("float32", np.float32)
 float64 = DType("float64", np.float64)
 int8 = DType("int8", np.int8)
@@ -72,7 +100,7 @@ bool = DType("bool", np.bool_)  # noqa: A001  (TensorFlow's public name)
 half = float16
 double = float64
 
-_ALL = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, bool)
+_ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16, bool)
 _BY_NUMPY = {dtype._np: dtype for dtype in _ALL}
 _BY_NAME = {dtype.name: dtype for dtype in _ALL}
 _BY_NAME.update(half=float16, double=float64, float=float32)
@@ -101,7 +129,7 @@ def default_for_python_value(value):
     become float32 and Python ints int32 (int64 when they do not fit)."""
     if isinstance(value, (np.ndarray, np.generic)):
         return as_dtype(value.dtype)
-    kind = np.asarray(value).dtype.kind
+    kind = numpy_kind(np.asarray(value).dtype)
     if kind == "f":
         return float32
     if kind in "iu":

@@ -6,7 +6,7 @@
     y = tf.layers.batch_normalization(y, training=is_training)   # updates in UPDATE_OPS
 
 Under a mixed-precision policy (towerflow.mixed_precision) a layer casts its
-input to the compute dtype (float16) and keeps its variables in float32,
+input to the compute dtype (float16 or bfloat16) and keeps its variables in float32,
 reading them through casts; batch-norm statistics stay float32.
 """
 
@@ -137,10 +137,10 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
         raise ValueError(f"batch_normalization normalises the last (channel) axis only, "
                          f"got axis={axis}")
     channels = _known(x.shape.dims[-1] if x.shape.dims else None, "channel count")
-    # float16 under mixed_float16; the statistics stay float32
+    # float16 or bfloat16 under a mixed policy; the statistics stay float32
     x = math_ops.cast_if_needed(x, layer_dtypes(x)[1])
     graph = core.get_default_graph()
-    stats_dtype = dtypes.float32 if x.dtype is dtypes.float16 else x.dtype
+    stats_dtype = dtypes.float32 if x.dtype in (dtypes.float16, dtypes.bfloat16) else x.dtype
     with graph.name_scope(name or "batch_normalization"):
         gamma = _variable("gamma", [channels], stats_dtype,
                           gamma_initializer or init_ops.Ones(), trainable and scale)

@@ -1,5 +1,6 @@
-"""Mixed precision: layers compute in float16 on float32 master weights, and
-the loss is scaled so small float16 gradients do not flush to zero.
+"""Mixed precision: layers compute in float16 or bfloat16 on float32 master
+weights; under float16 the loss is scaled so small gradients do not flush
+to zero.
 
 A *policy* names the dtype layers compute in and the dtype their variables
 are stored in. ``mixed_float16`` computes in float16, keeps float32 master
@@ -11,6 +12,11 @@ and keeps batch-norm statistics in float32::
     opt = tf.mixed_precision.LossScaleOptimizer(tf.train.MomentumOptimizer(0.1, 0.9))
     train_op = opt.minimize(loss, global_step=step)
     sess.run([train_op, opt.scale_used, opt.step_skipped])   # this step's metrics
+
+``mixed_bfloat16`` is the same with bfloat16 compute, and no loss scaling
+(as in TensorFlow, whose policy has no loss scale for it): bfloat16 has
+float32's exponent range, so gradients do not underflow where float32's
+would not; the optimizer is used as it is (``Policy.loss_scale`` is None).
 
 :class:`LossScaleOptimizer` multiplies the loss by a dynamic scale before the
 gradients and divides them by it after. A step whose gradients hold an inf
@@ -30,26 +36,28 @@ POLICY_NAMES = ("float32", "float64", "mixed_float16", "mixed_bfloat16")
 
 
 class Policy:
-    """A layer dtype policy: ``compute_dtype`` and ``variable_dtype``.
+    """A layer dtype policy: ``compute_dtype``, ``variable_dtype`` and the
+    ``loss_scale`` training should use ('dynamic' or None).
 
-    ``Policy("mixed_float16")``: compute float16, variables float32;
-    ``Policy("float32")``: both float32 (the default: layers then use their
-    input's dtype, as without a policy). Example:
-    ``tf.mixed_precision.Policy("mixed_float16").compute_dtype`` is ``'float16'``.
+    ``Policy("mixed_float16")``: compute float16, variables float32, dynamic
+    loss scaling; ``Policy("mixed_bfloat16")``: compute bfloat16, variables
+    float32, no loss scaling; ``Policy("float32")``: both float32 (the
+    default: layers then use their input's dtype, as without a policy).
+    Example: ``tf.mixed_precision.Policy("mixed_bfloat16").compute_dtype`` is
+    ``'bfloat16'``.
     """
 
     def __init__(self, name):
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown mixed-precision policy {name!r}; expected one of "
                              f"{POLICY_NAMES}")
-        if name == "mixed_bfloat16":
-            raise ValueError("policy 'mixed_bfloat16' needs a bfloat16 dtype, which "
-                             "towerflow does not have yet; use 'mixed_float16'")
         self.name = name
         mixed = name.startswith("mixed_")
         self.compute_dtype = name[len("mixed_"):] if mixed else name
         self.variable_dtype = "float32" if mixed else name
         self.mixed = mixed
+        # TensorFlow's default: only float16 needs its gradients scaled
+        self.loss_scale = "dynamic" if name == "mixed_float16" else None
 
     def __repr__(self):
         return f'<Policy "{self.name}">'

@@ -12,7 +12,7 @@ lookups, no shape inference.
 
 import numpy as np
 
-from . import errors, fusion
+from . import dtypes, errors, fusion
 from .backends import KernelContext
 from .graph.core import Operation
 
@@ -264,7 +264,8 @@ def _coerce_feed(value, dtype, tensor):
     if array.dtype == dtype:
         return array
     # 'same_kind' allows int -> float and float64 -> float32, refuses float -> int.
-    if array.dtype.kind not in "biuf" or not np.can_cast(array.dtype, dtype, "same_kind"):
+    if dtypes.numpy_kind(array.dtype) not in "biuf" or \
+            not np.can_cast(array.dtype, dtype, "same_kind"):
         raise errors.InvalidArgumentError(
             None, tensor.op, f"Cannot feed value of dtype {array.dtype} to Tensor "
             f"'{tensor.name}' of dtype {tensor.dtype.name}: not castable without losing "

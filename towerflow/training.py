@@ -33,9 +33,10 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
         seed=0, data_dir=None, checkpoint_dir=None, resume=False,
         log_device_placement=False, quiet=False, json_out=None, precision="float32"):
     """Train ``recipe`` on ``devices`` (one tower each); returns the summary dict
-    (the keys of ``--json-out``). ``precision``: 'float32', or 'mixed_float16'
-    (the mixed-precision policy while the model is built, and dynamic loss
-    scaling; see towerflow.mixed_precision)."""
+    (the keys of ``--json-out``). ``precision``: 'float32', 'mixed_float16'
+    or 'mixed_bfloat16': the mixed-precision policy while the model is built,
+    and the policy's loss scaling (dynamic for float16, none for bfloat16;
+    see towerflow.mixed_precision)."""
     splits = recipe.load(data_dir)
     batch_size = int(batch_size or recipe.defaults["batch_size"])
     epochs = int(epochs or recipe.defaults["epochs"])
@@ -92,7 +93,7 @@ def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs, precisio
     def tower_fn(inputs):
         shard_images, shard_labels = inputs
         logits = recipe.logits(shard_images, training)
-        if logits.dtype.name != "float32":      # float16 under mixed precision
+        if logits.dtype.name != "float32":      # float16/bfloat16 under mixed precision
             logits = math_ops.cast(logits, "float32")
         tower_logits.append(logits)
         loss = _loss(logits, shard_labels, classes, recipe.label_smoothing)
@@ -101,7 +102,7 @@ def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs, precisio
 
     global_step = get_or_create_global_step()
     optimizer = recipe.optimizer(global_step, pipeline.batches_per_epoch, epochs)
-    if precision == "mixed_float16":
+    if mixed_precision.Policy(precision).loss_scale == "dynamic":
         optimizer = mixed_precision.LossScaleOptimizer(optimizer)
     strategy = DataParallel(devices, all_reduce=all_reduce)
     step = strategy.minimize(tower_fn, (images, labels), optimizer, global_step=global_step)

@@ -34,6 +34,7 @@ from .. import errors
 from ..graph import registry
 from ..parallel import nccl as nccl_ops
 from . import cupy_conv, cupy_tf32, register_backend
+from .cupy_bfloat16 import gpu_kernels_with_bfloat16
 from .kernels import build_kernels
 
 
@@ -110,6 +111,7 @@ _use_cub()
 KERNELS = {**build_kernels(cupy, fused_updates=FusedUpdates()),
            "NcclAllReduce": _nccl_member}
 KERNELS.update(cupy_conv.gpu_kernels(cupy, KERNELS))    # one-pass conv and batch-norm kernels
+KERNELS = gpu_kernels_with_bfloat16(cupy, KERNELS)      # bfloat16 computed in float32
 registry.register_kernels("GPU", KERNELS)
 
 _MB = 2**20

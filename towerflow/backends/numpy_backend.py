@@ -7,6 +7,7 @@ import numpy as np
 
 from ..graph import registry
 from . import register_backend
+from .bfloat16_kernels import with_bfloat16
 from .cpu_threads import cpu_pool
 from .collective_kernels import build_collective_kernels
 from .kernels import build_kernels
@@ -34,8 +35,8 @@ def retain_freed_memory():
 
 retain_freed_memory()
 CPU_POOL = cpu_pool()   # the threads every CPU kernel splits its big work across
-KERNELS = build_kernels(np, CPU_POOL)
-KERNELS.update(build_collective_kernels())  # MPI moves host arrays
+# bfloat16 ops compute in float32 (see bfloat16_kernels); MPI moves host arrays.
+KERNELS = with_bfloat16({**build_kernels(np, CPU_POOL), **build_collective_kernels()})
 registry.register_kernels("CPU", KERNELS)
 
 

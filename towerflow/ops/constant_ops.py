@@ -69,14 +69,15 @@ def to_numpy(value, dtype=None):
         source = np.asarray(value)
     except (TypeError, ValueError) as err:
         raise TypeError(f"Cannot convert {value!r} to a tensor: {err}") from None
+    kind = dtypes.numpy_kind(source.dtype)
     # NOTE: checked before inferring a dtype, whose error would not name the value.
-    if source.dtype.kind not in "biuf":
+    if kind not in "biuf":
         raise TypeError(f"Cannot convert {value!r} of type {type(value).__name__} to a "
                         "tensor: expected numbers or booleans")
     target = dtypes.as_dtype(dtype) if dtype is not None else \
         dtypes.default_for_python_value(value)
-    if source.dtype.kind == "f" and target.is_integer or \
-            source.dtype.kind in "fiu" and target.is_bool and source.size:
+    if kind == "f" and target.is_integer or \
+            kind in "fiu" and target.is_bool and source.size:
         raise TypeError(f"Expected {target.name}, got {value!r} of dtype {source.dtype}: "
                         "that would lose information; cast explicitly with tf.cast")
     return np.array(source, dtype=target.as_numpy_dtype)

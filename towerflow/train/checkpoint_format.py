@@ -4,7 +4,8 @@ One checkpoint is one ``.npz`` file read with ``allow_pickle=False``: entries
 ``v0, v1, ...`` hold the variables, ``x0, ...`` the arrays of ``extra_state``,
 ``__header__`` a UTF-8 JSON header (format, version, global step, per entry
 its logical name, dtype, shape and SHA-256, and the JSON part of
-``extra_state``) and ``__header_sha256__`` the header's SHA-256. Writes are
+``extra_state``) and ``__header_sha256__`` the header's SHA-256. A bfloat16
+array is stored as its uint16 bits, its dtype ``'bfloat16'`` in the header. Writes are
 atomic: a hidden temporary file in the same directory, fsynced, then renamed.
 """
 
@@ -16,9 +17,11 @@ import os
 import re
 import secrets
 
+import ml_dtypes
 import numpy as np
 
 from .. import errors
+from ..dtypes import is_bfloat16
 from ..log import logger
 
 FORMAT = "towerflow.checkpoint"
@@ -50,8 +53,19 @@ def _sha256(array):
     return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8)).hexdigest()
 
 
+def _dtype_name(array):
+    # NOTE: NumPy writes ml_dtypes' bfloat16 to .npz files as raw 'V2' bytes,
+    # which read back as void: bfloat16 is named here and stored as uint16 bits.
+    return "bfloat16" if is_bfloat16(array.dtype) else array.dtype.str
+
+
+def _stored(array):
+    """``array`` as an .npz entry holds it (bfloat16 as its uint16 bits)."""
+    return array.view(np.uint16) if is_bfloat16(array.dtype) else array
+
+
 def _describe(key, array):
-    return {"key": key, "dtype": array.dtype.str, "shape": list(array.shape),
+    return {"key": key, "dtype": _dtype_name(array), "shape": list(array.shape),
             "sha256": _sha256(array)}
 
 
@@ -61,10 +75,11 @@ def write_checkpoint(path, variables, global_step=None, extra_state=None, extra_
     entries, header = {}, {"format": FORMAT, "version": VERSION, "global_step": global_step,
                            "variables": {}, "extra_state": extra_state, "extra_arrays": {}}
     for index, (name, value) in enumerate(sorted(variables.items())):
-        entries[f"v{index}"] = value = np.asarray(value)
+        value = np.asarray(value)
+        entries[f"v{index}"] = _stored(value)
         header["variables"][name] = _describe(f"v{index}", value)
     for key, value in dict(extra_arrays).items():
-        entries[key] = value
+        entries[key] = _stored(value)
         header["extra_arrays"][key] = _describe(key, value)
     header_bytes = json.dumps(header, sort_keys=True).encode("utf-8")
     entries[_HEADER] = np.frombuffer(header_bytes, np.uint8)
@@ -126,7 +141,9 @@ def _read_header(npz, path):
 
 def _read_entry(npz, meta, path, name):
     array = npz[meta["key"]]
-    if array.dtype.str != meta["dtype"] or list(array.shape) != meta["shape"] \
+    if meta["dtype"] == "bfloat16" and array.dtype == np.uint16:
+        array = array.view(ml_dtypes.bfloat16)
+    if _dtype_name(array) != meta["dtype"] or list(array.shape) != meta["shape"] \
             or _sha256(array) != meta["sha256"]:
         raise _data_loss(path, f"entry '{name}' does not match its SHA-256")
     return array
