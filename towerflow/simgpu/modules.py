@@ -49,7 +49,25 @@ def _device_function(name):
         return arrays.launch(function, args, kwargs, name)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"cupy.{name} on the simulated GPU (NumPy's {name})."
+    if isinstance(function, np.ufunc):
+        call.nin, call.nout, call.types = function.nin, function.nout, _loops(function)
     return call
+
+
+def _loops(ufunc):
+    """A ufunc's loops as CuPy 14 lists them: NumPy's, plus bfloat16 ('E', as
+    ml_dtypes' char) for the arithmetic ufuncs CuPy 14 gives one."""
+    loops = list(ufunc.types)
+    if ufunc.nout == 1 and ufunc.__name__ not in _NO_BFLOAT16_LOOP:
+        loops.append("E" * ufunc.nin + "->E")
+    return loops
+
+
+# CuPy 14.2's ufuncs without a bfloat16 loop (logic and bit twiddling).
+_NO_BFLOAT16_LOOP = {"logical_not", "logical_and", "logical_or", "logical_xor",
+                     "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift",
+                     "right_shift", "isnan", "isinf", "isfinite", "signbit", "equal",
+                     "not_equal", "less", "less_equal", "greater", "greater_equal"}
 
 
 def _from_host(value, dtype=None):
