@@ -182,11 +182,15 @@ class CupyDevice:
                 return cupy.array(value, copy=True)
         # NOTE: the copy waits for the value on the device, not the host; and
         # the source's later work (which may reuse value's memory once it is
-        # freed) waits for the copy.
-        self.stream.wait_event(source_stream.record())
+        # freed) waits for the copy. An event belongs to the device current
+        # when it is made, and must be recorded on a stream of that device.
+        with source_runtime.device:
+            value_ready = source_stream.record()
         with self.scope():
+            self.stream.wait_event(value_ready)
             copied = cupy.array(value, copy=True)
-        source_stream.wait_event(self.stream.record())
+            copy_done = self.stream.record()
+        source_stream.wait_event(copy_done)
         return copied
 
     def capture_steps(self, runtimes, run):
