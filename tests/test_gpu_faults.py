@@ -35,3 +35,45 @@ def test_towers_on_two_physical_gpus_match_one_gpu(gpu_backend, all_reduce):
     losses, params = train(2, 12, all_reduce=all_reduce, device_kind="gpu")
     assert relative_difference(params, reference) <= 1e-5
     np.testing.assert_allclose(losses, reference_losses, rtol=1e-5)
+
+
+# -- fault 4: one kernel cache ("ones" vectors) shared by every GPU and Session ----------
+
+
+def bias_gradient(device, rows, seed):
+    """d(sum(x + bias) * weights)/d(bias) on ``device``: BiasAddGrad over
+    ``rows`` x 64 values, past the size where it sums with a ones vector."""
+    values = np.random.default_rng(seed).standard_normal((rows, 64)).astype(np.float32)
+    with tf.device(device):
+        x = tf.constant(values)
+        bias = tf.constant(np.zeros(64, np.float32))
+        total = tf.reduce_sum(tf.nn.bias_add(x, bias) * x)
+        grad = tf.gradients(total, bias)[0]
+    return grad, values.sum(axis=0)
+
+
+def assert_column_sums(value, expected):
+    np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.simulated_gpus(2)
+def test_the_ones_vector_cache_is_per_device(gpu_backend):
+    grads = [bias_gradient(device, 128, seed) for seed, device in enumerate(["/gpu:0",
+                                                                               "/gpu:1"])]
+    sess = tf.Session()
+    for grad, _ in grads:     # each GPU's plan on its own: the first one makes the cache
+        sess.run(grad)
+    values = sess.run([grad for grad, _ in grads])
+    for value, (_, expected) in zip(values, grads):
+        assert_column_sums(value, expected)
+
+
+def test_the_ones_vector_cache_is_per_logical_gpu(gpu_backend):
+    split_gpu(2)
+    grads = [bias_gradient(device, 128, seed) for seed, device in enumerate(["/gpu:0",
+                                                                               "/gpu:1"])]
+    # One run: /gpu:1's stream reads no vector that /gpu:0's stream may still be filling.
+    values = tf.Session(config=tf.ConfigProto(cuda_graphs=False)).run(
+        [grad for grad, _ in grads])
+    for value, (_, expected) in zip(values, grads):
+        assert_column_sums(value, expected)

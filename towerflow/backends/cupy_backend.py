@@ -106,9 +106,17 @@ class FusedUpdates:
         return True
 
 
+def build_gpu_kernels():
+    """A new GPU kernel table. Kernels keep device arrays between calls (ones
+    vectors, zeros, window scales), so every logical GPU gets a table of its
+    own: one shared table would hand one GPU's array to another's kernel, or
+    to another stream of the same GPU with nothing ordering the two."""
+    return {**build_kernels(cupy, fused_updates=FusedUpdates()),
+            "NcclAllReduce": _nccl_member}
+
+
 _use_cub()
-KERNELS = {**build_kernels(cupy, fused_updates=FusedUpdates()),
-           "NcclAllReduce": _nccl_member}
+KERNELS = build_gpu_kernels()     # which kernels exist (the placer's registry)
 registry.register_kernels("GPU", KERNELS)
 
 _MB = 2**20
@@ -130,7 +138,7 @@ class CupyDevice:
             self.pool = cupy.cuda.MemoryPool()
             self.pool.set_limit(size=self.memory_limit)
         self.malloc = self.pool.malloc     # a graph's own pool while it is captured
-        self.kernels = _OnDevice(KERNELS, self)
+        self.kernels = _OnDevice(build_gpu_kernels(), self)
 
     @contextlib.contextmanager
     def scope(self):
