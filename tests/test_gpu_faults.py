@@ -77,3 +77,31 @@ def test_the_ones_vector_cache_is_per_logical_gpu(gpu_backend):
         [grad for grad, _ in grads])
     for value, (_, expected) in zip(values, grads):
         assert_column_sums(value, expected)
+
+
+# -- fault 6: a replay on several logical GPUs did not wait for their streams -------------
+
+
+def captured_count(sess):
+    from towerflow import plan_capture
+    return sum(plan.captured for plan, _ in sess._plans.values()
+               if isinstance(plan, plan_capture.CapturingPlan))
+
+
+def test_a_replay_waits_for_work_queued_on_the_other_logical_gpus(gpu_backend):
+    split_gpu(2)
+    with tf.device("/gpu:1"):       # the plan's first step: the graph replays on its stream
+        scale = tf.Variable(np.ones((4, 4), np.float32))
+    with tf.device("/gpu:0"):
+        var = tf.Variable(np.ones((4, 4), np.float32))
+        bump = tf.assign_add(var, np.ones((4, 4), np.float32))
+        product = tf.matmul(var, var)
+    with tf.device("/gpu:1"):
+        product = product * scale
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    for _ in range(2):                      # run op by op, then captured and replayed
+        sess.run(product)
+    assert captured_count(sess) == 1
+    sess.run(bump.op)                       # queued on /gpu:0's stream, not waited for
+    np.testing.assert_array_equal(sess.run(product), np.full((4, 4), 16, np.float32))

@@ -228,8 +228,7 @@ def _capture(primary, runtimes, run):
     with primary.device:
         graph_pool = cupy.cuda.MemoryPool()
         graph_pool.set_limit(size=max(headroom, 1))     # 0 would mean no limit
-        for runtime in others:      # their queued work (fed values) comes first
-            stream.wait_event(runtime.stream.record())
+        _wait_for_streams(stream, others)   # their queued work (fed values) comes first
         for runtime in runtimes:
             runtime.stream, runtime.malloc = stream, graph_pool.malloc
         try:
@@ -244,6 +243,14 @@ def _capture(primary, runtimes, run):
             for runtime, (own_stream, malloc) in zip(runtimes, saved):
                 runtime.stream, runtime.malloc = own_stream, malloc
     return _GraphReplayer(graph, graph_pool, primary, others)
+
+
+def _wait_for_streams(stream, runtimes):
+    """Order ``stream``'s next work after the work queued so far on the
+    streams of ``runtimes`` (logical GPUs of ``stream``'s physical GPU)."""
+    for runtime in runtimes:
+        with runtime.device:
+            stream.wait_event(runtime.stream.record())
 
 
 def _abandon_capture(stream):
@@ -279,6 +286,10 @@ class _GraphReplayer:
     def replay(self):
         stream = self._primary.stream
         with self._primary.device:
+            # NOTE: every replay, not only at capture: the other logical GPUs'
+            # streams may have queued work since (a fed value, another plan's
+            # update of a variable the graph reads).
+            _wait_for_streams(stream, self._others)
             self._graph.launch(stream)
             if self._others:                # their fetches wait on their own streams
                 done = stream.record()
