@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import towerflow as tf
+from towerflow.device import physical, runtime
 from test_parallel import relative_difference, train
 
 
@@ -105,3 +106,24 @@ def test_a_replay_waits_for_work_queued_on_the_other_logical_gpus(gpu_backend):
     assert captured_count(sess) == 1
     sess.run(bump.op)                       # queued on /gpu:0's stream, not waited for
     np.testing.assert_array_equal(sess.run(product), np.full((4, 4), 16, np.float32))
+
+
+# -- fault 10: fixtures that fake a GPU left the GPU backend unregistered -----------------
+
+
+def test_a_gpu_case_passes_after_the_fixtures_that_fake_a_gpu(gpu_backend, monkeypatch):
+    from conftest import faked_gpus
+    from test_gpu_backend import fake_gpus_do_not_load_the_cupy_backend
+    from test_plan_capture import faked_capturing_gpu
+    # What the fixtures run, in a row: each must leave the GPU backend (which
+    # registers itself once, when first imported) registered as it found it.
+    with faked_gpus() as install:
+        install(2)
+    with faked_capturing_gpu(monkeypatch):
+        pass
+    fake_gpus_do_not_load_the_cupy_backend()
+    physical.set_gpu_probe(None)
+    runtime.reset()
+    with tf.device("/gpu:0"):
+        product = tf.matmul(tf.constant([[1.0, 2.0]]), tf.constant([[3.0], [4.0]]))
+    assert tf.Session().run(product).tolist() == [[11.0]]
