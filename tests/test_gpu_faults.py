@@ -127,3 +127,45 @@ def test_a_gpu_case_passes_after_the_fixtures_that_fake_a_gpu(gpu_backend, monke
     with tf.device("/gpu:0"):
         product = tf.matmul(tf.constant([[1.0, 2.0]]), tf.constant([[3.0], [4.0]]))
     assert tf.Session().run(product).tolist() == [[11.0]]
+
+
+# -- fault 9: an NCCL group left open by an error, or by a plan with some members ----------
+
+
+def nccl_members(size=8):
+    towers = []
+    for index in range(2):
+        with tf.device(f"/gpu:{index}"):
+            towers.append(tf.fill([size], float(index + 1)))
+    return tf.parallel.nccl.all_reduce_members(towers, [0, 1], tf.get_default_graph())
+
+
+def open_nccl_groups():
+    """How deep the simulated NCCL's open group is (a real NCCL cannot say:
+    its next collective would hang)."""
+    from towerflow import simgpu
+    return simgpu.nccl.open_group_depth() if simgpu.is_installed() else 0
+
+
+@pytest.mark.simulated_gpus(2)
+def test_a_plan_with_only_some_nccl_members_is_refused(gpu_backend):
+    members = nccl_members()
+    sess = tf.Session()
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"nccl_all_reduce_0.*without.*nccl_all_reduce_1"):
+        sess.run(members[0])
+    assert open_nccl_groups() == 0
+    assert [value.tolist() for value in sess.run(members)] == [[3.0] * 8] * 2
+
+
+@pytest.mark.simulated_gpus(2)
+def test_an_error_inside_an_nccl_group_closes_the_group(gpu_backend):
+    members = nccl_members()
+    sess = tf.Session()
+    sess.run(members)
+    group = next(value for key, value in sess._state.items()
+                 if isinstance(key, tuple) and key[0] == "nccl")
+    group.communicators[1].destroy()        # its next allReduce raises, inside the group
+    with pytest.raises(tf.errors.OpError, match="nccl_all_reduce_1.*destroyed"):
+        sess.run(members)
+    assert open_nccl_groups() == 0
