@@ -169,3 +169,64 @@ def test_an_error_inside_an_nccl_group_closes_the_group(gpu_backend):
     with pytest.raises(tf.errors.OpError, match="nccl_all_reduce_1.*destroyed"):
         sess.run(members)
     assert open_nccl_groups() == 0
+
+
+# -- fault 5: kernel caches made during a capture, or freed under a live graph ------------
+
+
+def fed_bias_gradient():
+    """BiasAddGrad of a fed [rows, 64] batch on /gpu:0 (a ones vector as long
+    as the batch: the kernel caches it, growing it for a longer batch)."""
+    with tf.device("/gpu:0"):
+        x = tf.placeholder(tf.float32, [None, 64])
+        bias = tf.Variable(np.zeros(64, np.float32))
+        total = tf.reduce_sum(tf.nn.bias_add(x, bias) * x)
+        grad = tf.gradients(total, bias)[0]
+    return x, grad
+
+
+def batch(rows, seed=0):
+    return np.random.default_rng(seed).standard_normal((rows, 64)).astype(np.float32)
+
+
+def test_a_new_fed_shape_runs_op_by_op_before_it_is_captured(gpu_backend):
+    x, grad = fed_bias_gradient()
+    with tf.device("/gpu:0"):
+        rate = tf.placeholder(tf.float32, [])
+        # Dropout reads its fed rate on the host: the capture fails there, after
+        # BiasAddGrad ran; the step then runs op by op.
+        kept = tf.nn.dropout(grad, rate=rate, seed=1)
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    sess.run(kept, {x: batch(128), rate: 0.0})
+    value = sess.run(kept, {x: batch(256), rate: 0.0})     # a new shape: a longer vector
+    assert_column_sums(value, batch(256).sum(axis=0))
+
+
+def test_a_cache_grown_later_keeps_the_memory_a_graph_replays(gpu_backend):
+    x, grad = fed_bias_gradient()
+    doubled = grad * 2.0
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    for _ in range(2):                      # op by op, then captured on a 128-long vector
+        sess.run(grad, {x: batch(128)})
+    assert captured_count(sess) == 1
+    sess.run(doubled, {x: batch(256)})      # another plan: the cached vector grows
+    sess.run(doubled, {x: batch(256, seed=1)})
+    value = sess.run(grad, {x: batch(128, seed=2)})    # a replay of the first graph
+    assert_column_sums(value, batch(128, seed=2).sum(axis=0))
+
+
+def test_a_vector_first_needed_during_a_capture_is_not_kept(gpu_backend):
+    import cupy
+    from towerflow.backends.filled_vectors import FilledVectors
+    ones = FilledVectors(cupy, 1)
+    with cupy.cuda.Device(0):
+        stream = cupy.cuda.Stream(non_blocking=True)
+        pool = cupy.cuda.MemoryPool()
+        with stream, cupy.cuda.using_allocator(pool.malloc):
+            stream.begin_capture()
+            ones.get(4, np.float32)             # recorded, filled only by a replay
+            stream.end_capture()
+        with stream:
+            assert ones.get(4, np.float32).get().tolist() == [1.0] * 4
