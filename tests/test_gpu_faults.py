@@ -230,3 +230,17 @@ def test_a_vector_first_needed_during_a_capture_is_not_kept(gpu_backend):
             stream.end_capture()
         with stream:
             assert ones.get(4, np.float32).get().tolist() == [1.0] * 4
+
+
+def test_a_new_fed_shape_whose_kernels_make_state_is_still_captured(gpu_backend, capsys):
+    with tf.device("/gpu:0"):
+        images = tf.placeholder(tf.float32, [None, None, None, 2])
+        # SAME average pooling copies its per-window scales to the GPU on the
+        # first call with each image size: a capture cannot copy from the host.
+        pooled = tf.nn.avg_pool(images, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")
+    sess = tf.Session()
+    for size in (8, 8, 6, 6, 6):
+        value = np.ones((2, size, size, 2), np.float32)
+        np.testing.assert_allclose(sess.run(pooled, {images: value}), 1.0, rtol=1e-6)
+    assert "not capturing" not in capsys.readouterr().err
+    assert captured_count(sess) == 2
