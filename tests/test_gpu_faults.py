@@ -244,3 +244,16 @@ def test_a_new_fed_shape_whose_kernels_make_state_is_still_captured(gpu_backend,
         np.testing.assert_allclose(sess.run(pooled, {images: value}), 1.0, rtol=1e-6)
     assert "not capturing" not in capsys.readouterr().err
     assert captured_count(sess) == 2
+
+
+def test_replays_that_fetch_nothing_wait_before_refilling_a_fed_value(gpu_backend):
+    with tf.device("/gpu:0"):
+        x = tf.placeholder(tf.float32, [4])
+        total = tf.Variable(np.zeros(4, np.float32))
+        accumulate = tf.assign_add(total, x).op
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    for step in range(4):       # op by op, captured, then two replays: no host read between
+        sess.run(accumulate, {x: np.full(4, step, np.float32)})
+    assert captured_count(sess) == 1
+    assert sess.run(total).tolist() == [6.0] * 4

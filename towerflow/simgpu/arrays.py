@@ -289,12 +289,17 @@ def launch(function, args, kwargs, name, written=(), cross_device=False):
     numpy_kwargs = _unwrap(kwargs, arrays)
     outs = _out_arrays(kwargs) + list(written)
     _check_devices(arrays + outs, world.current_device, name, cross_device)
+    capturing = world.capture_of(world.current_stream()) is not None
+    # NOTE: computed now for the result's shapes; a capture runs nothing, so
+    # memory written in place is put back as it was.
+    saved = [(block, block.buffer.copy()) for block in _blocks(outs)] if capturing else []
     with np.errstate(all="ignore"):
         result = function(*numpy_args, **numpy_kwargs)
+    for block, contents in saved:
+        block.buffer[...] = contents
     wrapped, fresh = _wrap_result(result, arrays)
     if not fresh and not outs:
         return wrapped             # views and metadata only: no device work
-    capturing = world.capture_of(world.current_stream()) is not None
     first = [] if capturing else [result]   # a replay computes on its own inputs
     # NOTE: the work holds NumPy views, never the arrays (see replayable).
     fresh_views = [(position, array._view) for position, array in fresh]
