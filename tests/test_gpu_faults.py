@@ -4,10 +4,10 @@ is named after its fault and failed before the fix."""
 
 import numpy as np
 import pytest
+from test_parallel import relative_difference, train
 
 import towerflow as tf
 from towerflow.device import physical, runtime
-from test_parallel import relative_difference, train
 
 
 def split_gpu(count, memory_limit=1024):
@@ -219,6 +219,7 @@ def test_a_cache_grown_later_keeps_the_memory_a_graph_replays(gpu_backend):
 
 def test_a_vector_first_needed_during_a_capture_is_not_kept(gpu_backend):
     import cupy
+
     from towerflow.backends.filled_vectors import FilledVectors
     ones = FilledVectors(cupy, 1)
     with cupy.cuda.Device(0):
