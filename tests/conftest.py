@@ -1,6 +1,7 @@
 """Shared fixtures: a fresh default graph and device configuration for every
 test, logical CPUs standing in for towers, and fake GPUs for placement tests."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -66,11 +67,41 @@ def devices_under_test():
     return cpus + [pytest.param("/gpu:0", id="gpu0", marks=pytest.mark.gpu)]
 
 
+@contextlib.contextmanager
+def gpu_registration_kept():
+    """On exit, the GPU kernels and backend registered as they were on entry.
+    NOTE: the CuPy backend registers itself once, when first imported: a
+    fixture that leaves it unregistered breaks every later GPU case."""
+    saved = gpu_registration()
+    try:
+        yield
+    finally:
+        restore_gpu_registration(saved)
+
+
+def gpu_registration():
+    return registry.registered_kernels("GPU"), backends.registered_backend("GPU")
+
+
+def restore_gpu_registration(saved):
+    kernels, factory = saved
+    registry.unregister_kernels("GPU")
+    backends.unregister_backend("GPU")
+    if kernels is not None:
+        registry.register_kernels("GPU", kernels)
+    if factory is not None:
+        backends.register_backend("GPU", factory)
+
+
+_SAVED_GPU_REGISTRATIONS = []
+
+
 def use_gpu_backend(simulated_gpus=1, monkeypatch=None):
     """Serve GPUs with the CuPy backend: on the real GPU where one is present,
     else on ``simulated_gpus`` simulated GPUs (also for subprocesses, through
     TOWERFLOW_SIMULATED_GPUS when ``monkeypatch`` is given). Returns the
     backend module; undo with :func:`release_gpu_backend`."""
+    _SAVED_GPU_REGISTRATIONS.append(gpu_registration())
     if not real_gpu_present():
         simgpu.install(gpus=simulated_gpus)
         if monkeypatch is not None:
@@ -83,10 +114,10 @@ def use_gpu_backend(simulated_gpus=1, monkeypatch=None):
 
 
 def release_gpu_backend():
-    registry.unregister_kernels("GPU")
-    backends.unregister_backend("GPU")
+    """The simulator removed, the GPU registration as use_gpu_backend found it."""
     if simgpu.is_installed():
         simgpu.uninstall()
+    restore_gpu_registration(_SAVED_GPU_REGISTRATIONS.pop())
 
 
 def pytest_collection_modifyitems(items):
@@ -139,16 +170,25 @@ class FakeGpuDevice(numpy_backend.NumpyDevice):
     be tested as if GPUs were present, on a machine without one."""
 
 
+def install_fake_gpus(count=1):
+    """A probe reporting ``count`` GPUs, served by NumPy kernels."""
+    physical.set_gpu_probe(lambda: ([fake_gpu(i) for i in range(count)], None))
+    registry.register_kernels("GPU", numpy_backend.KERNELS)
+    backends.register_backend("GPU", FakeGpuDevice)
+
+
+@contextlib.contextmanager
+def faked_gpus():
+    """What the fake_gpus fixture runs: yields install_fake_gpus."""
+    with gpu_registration_kept():
+        yield install_fake_gpus
+
+
 @pytest.fixture
 def fake_gpus():
     """Install a probe reporting ``count`` GPUs, served by NumPy kernels."""
-    def install(count=1):
-        physical.set_gpu_probe(lambda: ([fake_gpu(i) for i in range(count)], None))
-        registry.register_kernels("GPU", numpy_backend.KERNELS)
-        backends.register_backend("GPU", FakeGpuDevice)
-    yield install
-    registry.unregister_kernels("GPU")
-    backends.unregister_backend("GPU")
+    with faked_gpus() as install:
+        yield install
 
 
 @pytest.fixture

@@ -41,17 +41,23 @@ def test_every_numpy_kernel_has_a_cupy_kernel():
 
 
 def test_fake_gpus_do_not_load_the_cupy_backend(no_gpu):
+    fake_gpus_do_not_load_the_cupy_backend()
+
+
+def fake_gpus_do_not_load_the_cupy_backend():
     # A test's GPU probe: the placer must not import CuPy kernels for it.
-    from conftest import fake_gpu
+    from conftest import fake_gpu, gpu_registration_kept
     physical.set_gpu_probe(lambda: ([fake_gpu(0)], None))
     assert not physical.gpus_come_from_cupy()
-    registry.unregister_kernels("GPU")
-    backends.unregister_backend("GPU")
-    with tf.device("/gpu:0"):
-        x = tf.constant(1.0) + 1.0
-    with pytest.raises(tf.errors.InvalidArgumentError, match="GPU"):
-        tf.Session().run(x)
-    assert not registry.has_kernel("GPU", "AddV2") and not registry.has_kernel("GPU", "Add")
+    with gpu_registration_kept():
+        registry.unregister_kernels("GPU")
+        backends.unregister_backend("GPU")
+        with tf.device("/gpu:0"):
+            x = tf.constant(1.0) + 1.0
+        with pytest.raises(tf.errors.InvalidArgumentError, match="GPU"):
+            tf.Session().run(x)
+        assert not registry.has_kernel("GPU", "AddV2")
+        assert not registry.has_kernel("GPU", "Add")
     physical.set_gpu_probe(None)
     assert physical.gpus_come_from_cupy()
 

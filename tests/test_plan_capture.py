@@ -7,6 +7,8 @@ buffers, so fed values must be copied into the graph's own inputs.
 The real capture (CupyDevice.capture_steps) is checked on a GPU in
 test_gpu_backend.py."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from towerflow import backends, plan_capture
 from towerflow.backends import kernels, numpy_backend
 from towerflow.device import physical
 from towerflow.graph import registry
-from conftest import fake_gpu
+from conftest import fake_gpu, gpu_registration_kept
 
 
 class CaptureUnsupported(RuntimeError):
@@ -94,18 +96,24 @@ class _FailingWhileCaptured:
         return name in self._table
 
 
+@contextlib.contextmanager
+def faked_capturing_gpu(monkeypatch):
+    """What the fake_capturing_gpu fixture runs."""
+    with gpu_registration_kept():
+        physical.set_gpu_probe(lambda: ([fake_gpu(0)], None))
+        registry.register_kernels("GPU", numpy_backend.KERNELS)
+        backends.register_backend("GPU", FakeCapturingGpu)
+        monkeypatch.setattr(FakeCapturingGpu, "fails_in", set())
+        monkeypatch.setattr(FakeCapturingGpu, "captures", 0)
+        monkeypatch.setattr(FakeCapturingGpu, "replays", 0)
+        monkeypatch.delenv("TOWERFLOW_CUDA_GRAPHS", raising=False)
+        yield
+
+
 @pytest.fixture
 def fake_capturing_gpu(monkeypatch):
-    physical.set_gpu_probe(lambda: ([fake_gpu(0)], None))
-    registry.register_kernels("GPU", numpy_backend.KERNELS)
-    backends.register_backend("GPU", FakeCapturingGpu)
-    monkeypatch.setattr(FakeCapturingGpu, "fails_in", set())
-    monkeypatch.setattr(FakeCapturingGpu, "captures", 0)
-    monkeypatch.setattr(FakeCapturingGpu, "replays", 0)
-    monkeypatch.delenv("TOWERFLOW_CUDA_GRAPHS", raising=False)
-    yield
-    registry.unregister_kernels("GPU")
-    backends.unregister_backend("GPU")
+    with faked_capturing_gpu(monkeypatch):
+        yield
 
 
 def session(config=None):

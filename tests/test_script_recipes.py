@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import fake_gpu
+from conftest import fake_gpu, gpu_registration_kept
 from towerflow import backends, cli, recipes
 from towerflow.backends import numpy_backend
 from towerflow.device import physical
@@ -92,14 +92,11 @@ def test_mnist_softmax_keeps_the_cpu_run_when_a_listed_gpu_fails(tmp_path, monke
         raise RuntimeError("CUDA driver version is insufficient (test)")
     # a GPU that is listed and has kernels, but whose runtime fails to start
     physical.set_gpu_probe(lambda: ([fake_gpu(0)], None))
-    registry.register_kernels("GPU", numpy_backend.KERNELS)
-    backends.register_backend("GPU", broken_gpu)
     monkeypatch.setenv("TOWERFLOW_MNIST_DIR", str(MNIST_SMALL))    # instead of --data-dir
-    try:
+    with gpu_registration_kept():
+        registry.register_kernels("GPU", numpy_backend.KERNELS)
+        backends.register_backend("GPU", broken_gpu)
         result = train(tmp_path, "mnist_softmax", "--steps", "3")
-    finally:
-        backends.unregister_backend("GPU")
-        registry.unregister_kernels("GPU")
     assert list(result["timings"]) == ["/cpu:0"] and result["steps"] == 3
     assert "/gpu:0" in result["gpu_skipped_reason"]
     assert "driver version is insufficient" in result["gpu_skipped_reason"]

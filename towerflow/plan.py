@@ -34,6 +34,7 @@ class Plan:
         self._steps = []
         self._step_ops = {}
         ops = _needed_ops(targets, feeds)
+        _check_run_together(ops)
         self.ops = ops
         self._step_runtimes = {}
         self._feed_slots, self._feed_checks, self.feed_runtimes = self._bind_feeds(feeds)
@@ -224,6 +225,19 @@ def _needed_ops(targets, feeds):
     if unfed:
         raise errors.InvalidArgumentError(None, unfed[0], _unfed_message(unfed[0]))
     return sorted(needed, key=lambda op: op._id)
+
+
+def _check_run_together(ops):
+    """Ops made to run together (attr ``run_together``: their names; the
+    members of one NCCL all-reduce) are all in the plan, or none of them."""
+    names = {op.name for op in ops}
+    for op in ops:
+        missing = [name for name in op.attrs.get("run_together", ()) if name not in names]
+        if missing:
+            raise errors.InvalidArgumentError(
+                None, op, f"Op '{op.name}' ({op.type}) cannot run without the other ops of "
+                f"its group {missing}: fetch them in the same Session.run (the members "
+                "of a collective that never run would leave it waiting forever)")
 
 
 def _unfed_message(op):

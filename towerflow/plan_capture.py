@@ -1,9 +1,11 @@
 """Stage 5, on GPUs: a step plan captured once into a CUDA graph, then replayed.
 
 A plan whose steps all run on logical GPUs of one physical GPU is run as
-usual the first time (that run makes the kernels' lazy state: compiled
-kernels, scratch buffers, NCCL communicators). On its second run its steps
-are *captured*: the device backend records every kernel, copy and collective
+usual the first time it is given a signature of fed shapes (that run makes
+the kernels' lazy state for those shapes: compiled kernels, cached vectors
+as long as the batch, NCCL communicators; a capture runs nothing, so state
+made while capturing would hold memory nobody wrote). On its next run with
+that signature its steps are *captured*: the device backend records every kernel, copy and collective
 they queue into one CUDA graph, and from then on each ``Session.run`` is
 
 1. the fed values checked and copied into the graph's own input buffers,
@@ -70,7 +72,7 @@ class CapturingPlan:
         self._description = description
         self._runtimes = _plan_runtimes(plan)
         self._graphs = {}
-        self._runs = 0
+        self._eager_runs = {}       # signature -> runs op by op so far
         self.reason = static_reason(plan, self._runtimes)
         if self.reason is not None:
             self._log(self.reason)
@@ -88,11 +90,11 @@ class CapturingPlan:
         plan = self._plan
         if self.reason is not None:
             return plan.run(feed_values)
-        self._runs += 1
-        if self._runs <= WARMUP_RUNS:
-            return plan.run(feed_values)
         host_values = plan.check_feeds(feed_values)
         key = tuple((value.shape, value.dtype.str) for value in host_values)
+        if self._eager_runs.get(key, 0) < WARMUP_RUNS:     # every signature warms up
+            self._eager_runs[key] = self._eager_runs.get(key, 0) + 1
+            return plan.fetch(self._run_steps(host_values))
         graph = self._graphs.get(key)
         if graph is not None and graph.stale():
             del self._graphs[key]
@@ -138,14 +140,18 @@ class CapturingPlan:
     def _eager(self, host_values):
         """Run op by op after a failed capture (which ran nothing). If this run
         fails too, the error was the step's own: capture may be tried again."""
-        plan = self._plan
-        slots = plan.place_feeds(host_values)
         try:
-            plan.run_steps(slots)
+            slots = self._run_steps(host_values)
         except Exception:
-            self.reason, self._runs = None, 0
+            self.reason = None
+            self._eager_runs.clear()
             raise
-        return plan.fetch(slots)
+        return self._plan.fetch(slots)
+
+    def _run_steps(self, host_values):
+        slots = self._plan.place_feeds(host_values)
+        self._plan.run_steps(slots)
+        return slots
 
     def _give_up(self, reason, host_values):
         self._set_reason(reason)

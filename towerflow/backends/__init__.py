@@ -43,6 +43,11 @@ def register_backend(device_type, factory):
     _BACKEND_FACTORIES[device_type] = factory
 
 
+def registered_backend(device_type):
+    """The factory serving ``device_type``, or None."""
+    return _BACKEND_FACTORIES.get(device_type)
+
+
 def unregister_backend(device_type):
     _BACKEND_FACTORIES.pop(device_type, None)
 

@@ -5,6 +5,7 @@ import math
 
 from .. import errors
 from .cpu_threads import SERIAL
+from .filled_vectors import FilledVectors
 from .fused_kernels import LONG_ROW, long_rows
 
 
@@ -48,15 +49,12 @@ class _SplitKernels:
 
     def __init__(self, xp, parallel):
         self.xp, self.parallel = xp, parallel
-        self._zeros, self._ones = {}, {}
+        self._zeros, self._ones = FilledVectors(xp, 0), FilledVectors(xp, 1)
 
     def _zeros_of(self, size, dtype):
         """``size`` zeros: NumPy's maximum against an array runs vectorised,
         against a scalar 0 several times slower."""
-        zeros = self._zeros.get(dtype)
-        if zeros is None or zeros.shape[0] < size:
-            zeros = self._zeros[dtype] = self.xp.zeros(size, dtype)
-        return zeros[:size]
+        return self._zeros.get(size, dtype)
 
     def relu(self, x):
         xp = self.xp
@@ -111,10 +109,7 @@ class _SplitKernels:
         return self.xp.matmul(self._ones_vector(grad2d.shape[0], grad.dtype), grad2d)
 
     def _ones_vector(self, rows, dtype):
-        ones = self._ones.get(dtype)
-        if ones is None or ones.shape[0] < rows:
-            ones = self._ones[dtype] = self.xp.ones(rows, dtype)
-        return ones[:rows]
+        return self._ones.get(rows, dtype)
 
 
 def _plain_floats(first, *others):

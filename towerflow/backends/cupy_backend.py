@@ -107,11 +107,19 @@ class FusedUpdates:
         return True
 
 
+def build_gpu_kernels():
+    """A new GPU kernel table. Kernels keep device arrays between calls (ones
+    vectors, zeros, window scales), so every logical GPU gets a table of its
+    own: one shared table would hand one GPU's array to another's kernel, or
+    to another stream of the same GPU with nothing ordering the two."""
+    table = {**build_kernels(cupy, fused_updates=FusedUpdates()),
+             "NcclAllReduce": _nccl_member}
+    table.update(cupy_conv.gpu_kernels(cupy, table))   # one-pass conv and batch-norm kernels
+    return gpu_kernels_with_bfloat16(cupy, table)      # bfloat16 computed in float32
+
+
 _use_cub()
-KERNELS = {**build_kernels(cupy, fused_updates=FusedUpdates()),
-           "NcclAllReduce": _nccl_member}
-KERNELS.update(cupy_conv.gpu_kernels(cupy, KERNELS))    # one-pass conv and batch-norm kernels
-KERNELS = gpu_kernels_with_bfloat16(cupy, KERNELS)      # bfloat16 computed in float32
+KERNELS = build_gpu_kernels()     # which kernels exist (the placer's registry)
 registry.register_kernels("GPU", KERNELS)
 
 _MB = 2**20
@@ -134,7 +142,7 @@ class CupyDevice:
             self.pool = cupy.cuda.MemoryPool()
             self.pool.set_limit(size=self.memory_limit)
         self.malloc = self.pool.malloc     # a graph's own pool while it is captured
-        self.kernels = _OnDevice(KERNELS, self)
+        self.kernels = _OnDevice(build_gpu_kernels(), self)
 
     @contextlib.contextmanager
     def scope(self):
@@ -186,11 +194,15 @@ class CupyDevice:
                 return cupy.array(value, copy=True)
         # NOTE: the copy waits for the value on the device, not the host; and
         # the source's later work (which may reuse value's memory once it is
-        # freed) waits for the copy.
-        self.stream.wait_event(source_stream.record())
+        # freed) waits for the copy. An event belongs to the device current
+        # when it is made, and must be recorded on a stream of that device.
+        with source_runtime.device:
+            value_ready = source_stream.record()
         with self.scope():
+            self.stream.wait_event(value_ready)
             copied = cupy.array(value, copy=True)
-        source_stream.wait_event(self.stream.record())
+            copy_done = self.stream.record()
+        source_stream.wait_event(copy_done)
         return copied
 
     def capture_steps(self, runtimes, run):
@@ -220,8 +232,7 @@ def _capture(primary, runtimes, run):
     with primary.device:
         graph_pool = cupy.cuda.MemoryPool()
         graph_pool.set_limit(size=max(headroom, 1))     # 0 would mean no limit
-        for runtime in others:      # their queued work (fed values) comes first
-            stream.wait_event(runtime.stream.record())
+        _wait_for_streams(stream, others)   # their queued work (fed values) comes first
         for runtime in runtimes:
             runtime.stream, runtime.malloc = stream, graph_pool.malloc
         try:
@@ -236,6 +247,14 @@ def _capture(primary, runtimes, run):
             for runtime, (own_stream, malloc) in zip(runtimes, saved):
                 runtime.stream, runtime.malloc = own_stream, malloc
     return _GraphReplayer(graph, graph_pool, primary, others)
+
+
+def _wait_for_streams(stream, runtimes):
+    """Order ``stream``'s next work after the work queued so far on the
+    streams of ``runtimes`` (logical GPUs of ``stream``'s physical GPU)."""
+    for runtime in runtimes:
+        with runtime.device:
+            stream.wait_event(runtime.stream.record())
 
 
 def _abandon_capture(stream):
@@ -271,6 +290,10 @@ class _GraphReplayer:
     def replay(self):
         stream = self._primary.stream
         with self._primary.device:
+            # NOTE: every replay, not only at capture: the other logical GPUs'
+            # streams may have queued work since (a fed value, another plan's
+            # update of a variable the graph reads).
+            _wait_for_streams(stream, self._others)
             self._graph.launch(stream)
             if self._others:                # their fetches wait on their own streams
                 done = stream.record()

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import conv_blocks, native, output_used, winograd
 from .cpu_threads import SERIAL, split
+from .filled_vectors import FilledVectors
 from .fused_kernels import _batch_norm_kernels, _cross_entropy_kernels, long_rows
 from .parallel_gemm import matmul_by_rows, matmul_over_rows
 from .pool_kernels import _pool_kernels, max_pool_block, winner_dtype
@@ -80,7 +81,7 @@ def _conv_kernels(xp, parallel):
         conv, relu = conv2d(ctx, patches_output=0), ctx.attrs["activation"] == "Relu"
         if ctx.attrs.get("pool"):
             return _conv_bias_pool_relu(xp, conv, ctx)
-        zeros = {}
+        zeros = FilledVectors(xp, 0)
 
         def fused(x, w, bias):
             def finish(rows, images):
@@ -134,7 +135,7 @@ def _conv_bias_pool_relu(xp, conv, ctx):
     is max-pooled (winners recorded as MaxPool records them), then the ReLU
     runs on the pooled block, a quarter of the size for 2x2 pooling."""
     conv_layout_of, pool_layout_of = _layout_maker(ctx.attrs), _layout_maker(ctx.attrs["pool"])
-    zeros = {}
+    zeros = FilledVectors(xp, 0)
 
     def fused(x, w, bias):
         kh, kw, _, out_channels = w.shape
@@ -167,15 +168,12 @@ def _add_bias_in_place(xp, rows2d, bias):
     xp.add(wide, xp.tile(bias, repeat) if repeat > 1 else bias, out=wide)
 
 
-def _relu_in_place(xp, rows2d, zeros_cache):
+def _relu_in_place(xp, rows2d, zeros):
     """rows2d = max(rows2d, 0), as Relu computes it: against an array of zeros
-    as long as the rows (NumPy's maximum against a scalar, or a broadcast row,
-    runs several times slower)."""
+    (a FilledVectors) as long as the rows (NumPy's maximum against a scalar,
+    or a broadcast row, runs several times slower)."""
     flat = rows2d.reshape(-1)
-    zeros = zeros_cache.get(flat.dtype)
-    if zeros is None or zeros.shape[0] < flat.shape[0]:
-        zeros = zeros_cache[flat.dtype] = xp.zeros(flat.shape[0], flat.dtype)
-    xp.maximum(flat, zeros[:flat.shape[0]], out=flat)
+    xp.maximum(flat, zeros.get(flat.shape[0], flat.dtype), out=flat)
 
 
 def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None, keep_product=True):

@@ -105,6 +105,12 @@ def has_kernel(device_type, kernel_name):
     return kernel_name in _KERNELS_BY_DEVICE_TYPE.get(device_type, ())
 
 
+def registered_kernels(device_type):
+    """The kernel names registered for ``device_type`` (a copy), or None."""
+    names = _KERNELS_BY_DEVICE_TYPE.get(device_type)
+    return None if names is None else set(names)
+
+
 def unregister_kernels(device_type):
     """Forget every kernel of ``device_type`` (tests that fake a GPU backend)."""
     _KERNELS_BY_DEVICE_TYPE.pop(device_type, None)

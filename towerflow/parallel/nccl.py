@@ -3,10 +3,12 @@
 One process drives several GPUs through ``cupy.cuda.nccl``: a
 ``NcclCommunicator.initAll(device_ids)`` group, one member op per tower placed
 on the tower's GPU. The N member ops of a bucket are created back to back, so
-the plan runs them consecutively: the first opens an NCCL group, each
-enqueues its rank's ``allReduce`` on its device's stream, the last closes
-the group (NCCL requires one thread to issue all ranks' calls inside one
-group). Across processes (one GPU tower per MPI rank), one member op per
+the plan runs them consecutively: each allocates its rank's output on its
+GPU and enqueues nothing; the last then issues every rank's ``allReduce``
+inside one NCCL group (NCCL requires one thread to issue all ranks' calls in
+one group), which it always closes. A plan holding only some members of a
+bucket is refused when it is compiled (its collective would wait forever).
+Across processes (one GPU tower per MPI rank), one member op per
 process: rank 0's ``get_unique_id()`` goes out over MPI (with the collective
 deadline), each process joins with ``NcclCommunicator(world_size, uid, rank)``
 once per Session, and the member sums the bucket over every process's GPU.
@@ -47,6 +49,9 @@ def all_reduce_members(tensors, device_ids, graph, name="nccl_all_reduce"):
         with graph.colocate_with(tensor.op):
             outputs.append(graph.create_op("NcclAllReduce", [tensor], attrs,
                                            name=f"{name}_{rank}").outputs[0])
+    bucket = tuple(output.op.name for output in outputs)
+    for output in outputs:      # the plan runs all of them or refuses
+        output.op.attrs["run_together"] = bucket
     return outputs
 
 
@@ -71,6 +76,42 @@ class NcclGroup:
         self.communicators = nccl.NcclCommunicator.initAll(list(device_ids))
 
 
+class _Bucket:
+    """The ranks' calls of one bucket's all-reduce, gathered as its members
+    run and issued by the last one in one NCCL group."""
+
+    def __init__(self, size):
+        self.size = size
+        self.calls = {}         # rank -> (communicator, x, out, count, dtype, stream ptr)
+
+    def issue(self, nccl, op_name):
+        calls, self.calls = self.calls, {}
+        missing = sorted(set(range(self.size)) - set(calls))
+        if missing:     # a member failed before it was ready: issue nothing
+            raise RuntimeError(f"NCCL all-reduce '{op_name}': ranks {missing} of its "
+                               "bucket did not run before it")
+        nccl.groupStart()
+        try:
+            for rank in range(self.size):
+                communicator, x, out, count, dtype, stream = calls[rank]
+                communicator.allReduce(x.data.ptr, out.data.ptr, count, dtype, NCCL_SUM,
+                                       stream)
+        except Exception as err:
+            _end_group_after(nccl, err)
+            raise RuntimeError(f"NCCL all-reduce '{op_name}' failed on rank {rank} inside "
+                               f"its group (the group was closed): {err}") from err
+        nccl.groupEnd()
+
+
+def _end_group_after(nccl, err):
+    """Close the group a failed call leaves open; NCCL may refuse, naming the
+    ranks missing from the group: ``err`` is the error worth raising."""
+    try:
+        nccl.groupEnd()
+    except Exception:  # noqa: BLE001, S110  (the caller raises err)
+        pass
+
+
 def make_member_kernel(ctx, nccl, xp):
     """The kernel of one NcclAllReduce member (GPU backend)."""
     _require_nccl(nccl)
@@ -78,16 +119,19 @@ def make_member_kernel(ctx, nccl, xp):
         return _world_member_kernel(ctx, nccl, xp)
     rank, group_ids = ctx.attrs["rank"], ctx.attrs["device_ids"]
     group = ctx.resource(("nccl", group_ids), lambda: NcclGroup(nccl, group_ids))
+    members = ctx.attrs.get("run_together") or (getattr(ctx.op, "name", None),)
+    bucket = ctx.resource(("nccl bucket", members), lambda: _Bucket(len(group_ids)))
     communicator = group.communicators[rank]
     dtype = NCCL_DTYPES[ctx.output_dtypes[0].name]
-    last = len(group_ids) - 1
+    is_last = rank == len(group_ids) - 1
+    op_name = members[rank] if rank < len(members) else "NcclAllReduce"
 
     def reduce(x):
-        if rank == 0:
-            nccl.groupStart()
-        out = _all_reduce_into(communicator, x, dtype, xp)
-        if rank == last:
-            nccl.groupEnd()
+        out = xp.empty_like(x)
+        stream = xp.cuda.get_current_stream()
+        bucket.calls[rank] = (communicator, x, out, x.size, dtype, stream.ptr)
+        if is_last:
+            bucket.issue(nccl, op_name)
         return out
     return reduce
 

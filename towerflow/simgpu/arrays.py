@@ -60,8 +60,29 @@ def submit(work):
     if graph is None:
         work.execute(stream)
         return True
-    graph.add(work.execute)
+    graph.add(replayable(work, graph))
     return False
+
+
+def replayable(work, graph):
+    """``work`` as a node of ``graph``. Like a CUDA graph, the node holds raw
+    memory, not the arrays (whose closures here hold only NumPy views): memory
+    from outside the graph's own pool that is freed after the capture (its
+    array dropped) is refused at replay, as the reuse it allows on a GPU."""
+    blocks = {id(block): block for block in (*work.reads, *work.writes)}.values()
+    borrowed = [(block, block.generation) for block in blocks
+                if getattr(block.pool, "graph_owner", None) is not graph]
+
+    def node(stream):
+        for block, generation in borrowed:
+            if block.generation != generation:
+                raise clocks.RaceError(
+                    f"a graph replay of '{work.name}' uses GPU {block.device_id} memory at "
+                    f"{block.ptr:#x} ({block.nbytes} bytes) that was freed since the "
+                    "capture (a graph holds no reference to its arrays: keep them alive "
+                    "while the graph may replay)")
+        work.execute(stream)
+    return node
 
 
 def host_read(array, stream=None):
@@ -166,12 +187,14 @@ class ndarray:
                                           f"{stream.device_id}")
         pinned = (arr,) if isinstance(arr, PinnedArray) else ()
         source = arr if pinned else arr.copy()      # pageable: staged at the call
-        work = Work("host-to-device copy", lambda: _assign(self._view, source),
+        view = self._view
+        work = Work("host-to-device copy", lambda: _assign(view, source),
                     writes=(self.data.block,), host_reads=pinned)
-        if world.capture_of(stream) is not None:
+        graph = world.capture_of(stream)
+        if graph is not None:
             if not pinned:
                 raise clocks.capture_error("a copy from pageable host memory")
-            world.capture_of(stream).add(work.execute)
+            graph.add(replayable(work, graph))
         else:
             work.execute(stream)
 
@@ -267,35 +290,30 @@ def launch(function, args, kwargs, name, written=(), cross_device=False):
     outs = _out_arrays(kwargs) + list(written)
     _check_devices(arrays + outs, world.current_device, name, cross_device)
     capturing = world.capture_of(world.current_stream()) is not None
-    if capturing and outs:
-        # NOTE: recorded, not run: a write into existing memory happens at replay.
-        return _record_in_place(function, args, kwargs, name, arrays, outs)
+    # NOTE: computed now for the result's shapes; a capture runs nothing, so
+    # memory written in place is put back as it was.
+    saved = [(block, block.buffer.copy()) for block in _blocks(outs)] if capturing else []
     with np.errstate(all="ignore"):
         result = function(*numpy_args, **numpy_kwargs)
+    for block, contents in saved:
+        block.buffer[...] = contents
     wrapped, fresh = _wrap_result(result, arrays)
     if not fresh and not outs:
         return wrapped             # views and metadata only: no device work
     first = [] if capturing else [result]   # a replay computes on its own inputs
+    # NOTE: the work holds NumPy views, never the arrays (see replayable).
+    fresh_views = [(position, array._view) for position, array in fresh]
 
     def run():
         if first:
             values = first.pop()
         else:
             with np.errstate(all="ignore"):
-                values = function(*_unwrap(args, []), **_unwrap(kwargs, []))
-        _store(fresh, values)
+                values = function(*numpy_args, **numpy_kwargs)
+        _store(fresh_views, values)
     writes = _blocks(outs) + [array.data.block for _, array in fresh]
     submit(Work(name, run, reads=_blocks(arrays), writes=writes))
     return wrapped
-
-
-def _record_in_place(function, args, kwargs, name, arrays, outs):
-    """Record a call that writes existing arrays (``out=``, setitem, fill)."""
-    def run():
-        with np.errstate(all="ignore"):
-            function(*_unwrap(args, []), **_unwrap(kwargs, []))
-    submit(Work(name, run, reads=_blocks(arrays), writes=_blocks(outs)))
-    return kwargs.get("out")
 
 
 def _blocks(arrays):
@@ -377,7 +395,7 @@ def view_of(owner, view):
     return _bind(ndarray.__new__(ndarray), view, MemoryPointer(owner.data.mem, offset))
 
 
-def _store(fresh, result):
+def _store(fresh_views, result):
     items = _items(result)
-    for position, array in fresh:
-        array._view[...] = items[position]
+    for position, view in fresh_views:
+        view[...] = items[position]

@@ -207,9 +207,13 @@ class ElementwiseKernel:
         def cast(value, type_name):
             return np.asarray(value).astype(types[type_name], copy=False)
 
+        # NOTE: the work holds NumPy views, never the arrays (see arrays.replayable).
+        bound = [(name, _host_value(value, types[kind])) for (kind, name), value in
+                 zip(self.in_params + self.out_params, list(inputs) + outputs)]
+        output_views = [output._view for output in outputs]
+
         def run():
-            values = {name: _host_value(value, types[kind]) for (kind, name), value in
-                      zip(self.in_params + self.out_params, list(inputs) + outputs)}
+            values = dict(bound)
             scope = {"np": np, "_cast": cast, "_rsqrt": lambda x: 1 / np.sqrt(x),
                      "v": values}
             with np.errstate(all="ignore"):
@@ -217,8 +221,8 @@ class ElementwiseKernel:
                     value = eval(code, scope)
                     kind = declared or self._kind_of(name)
                     values[name] = np.asarray(value).astype(types[kind], copy=False)
-            for (_, name), output in zip(self.out_params, outputs):
-                output._view[...] = values[name]
+            for (_, name), view in zip(self.out_params, output_views):
+                view[...] = values[name]
         device_arrays = [a for a in list(inputs) + outputs if isinstance(a, arrays.ndarray)]
         world = state.world()
         arrays._check_devices(device_arrays, world.current_device, self.name, False)
@@ -302,9 +306,10 @@ class Generator:
                              "memory")
         shape = () if shape is None else shape
         out = arrays.ndarray(shape, dtype)
+        view = out._view
 
         def run():
-            out._view[...] = getattr(self._numpy, method)(*args, size=shape) \
+            view[...] = getattr(self._numpy, method)(*args, size=shape) \
                 .astype(dtype, copy=False)
         arrays.submit(arrays.Work(name, run, writes=[out.data.block]))
         return out

@@ -41,6 +41,7 @@ class Block:
         self.last_write = None          # (stream key, seq) or None: never written
         self.reads = {}                 # stream key -> seq, since the last write
         self.graph_owner = None         # the capture this pool's block belongs to
+        self.generation = 0             # counts hand-outs and frees (see arrays.replayable)
         self.poison()
 
     def poison(self):
@@ -176,7 +177,9 @@ class MemoryPool:
         if not blocks:
             return None
         self._free_bytes -= nbytes
-        return blocks.pop()
+        block = blocks.pop()
+        block.generation += 1
+        return block
 
     def _new(self, stream, nbytes):
         if self._limit and self.total_bytes() + nbytes > self._limit:
@@ -192,6 +195,7 @@ class MemoryPool:
         return sum(pool.total_bytes() for pool in state.pools_of(self.device_id))
 
     def give_back(self, block):
+        block.generation += 1
         self._used -= block.nbytes
         self._free.setdefault((block.stream_key, block.nbytes), []).append(block)
         self._free_bytes += block.nbytes

@@ -113,7 +113,8 @@ def empty(shape, dtype=float, order="C"):
 
 def _filled(shape, dtype, value):
     out = arrays.ndarray(shape, dtype)
-    arrays.submit(arrays.Work("fill", lambda: out._view.fill(value), writes=(out.data.block,)))
+    view = out._view
+    arrays.submit(arrays.Work("fill", lambda: view.fill(value), writes=(out.data.block,)))
     return out
 
 
