@@ -96,13 +96,14 @@ def restore_gpu_registration(saved):
 _SAVED_GPU_REGISTRATIONS = []
 
 
-def use_gpu_backend(simulated_gpus=1, monkeypatch=None):
+def use_gpu_backend(simulated_gpus=1, monkeypatch=None, simulated=None):
     """Serve GPUs with the CuPy backend: on the real GPU where one is present,
     else on ``simulated_gpus`` simulated GPUs (also for subprocesses, through
-    TOWERFLOW_SIMULATED_GPUS when ``monkeypatch`` is given). Returns the
-    backend module; undo with :func:`release_gpu_backend`."""
+    TOWERFLOW_SIMULATED_GPUS when ``monkeypatch`` is given); ``simulated=True``
+    simulates even beside a real GPU. Returns the backend module; undo with
+    :func:`release_gpu_backend`."""
     _SAVED_GPU_REGISTRATIONS.append(gpu_registration())
-    if not real_gpu_present():
+    if simulated or (simulated is None and not real_gpu_present()):
         simgpu.install(gpus=simulated_gpus)
         if monkeypatch is not None:
             monkeypatch.setenv(simgpu.ENV_VARIABLE, str(simulated_gpus))

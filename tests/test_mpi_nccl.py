@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 from test_parallel import batches, relative_difference, train
 
-from towerflow import backends, simgpu
-from towerflow.device import physical
-from towerflow.graph import registry
+from towerflow import simgpu
 
 pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
 PROGRAM = Path(__file__).parent / "mpi_programs" / "train_ranks.py"
@@ -48,12 +46,8 @@ def parameters(result, count):
 def simulated_gpu():
     """One simulated GPU in this process, for the one-device reference (the
     ranks run on simulated GPUs even where a real one is present)."""
-    from conftest import release_gpu_backend
-    simgpu.install(gpus=1)
-    physical.set_gpu_probe(None)
-    from towerflow.backends import cupy_backend
-    registry.register_kernels("GPU", cupy_backend.KERNELS)
-    backends.register_backend("GPU", cupy_backend.CupyDevice)
+    from conftest import release_gpu_backend, use_gpu_backend
+    use_gpu_backend(1, simulated=True)
     yield
     release_gpu_backend()
 

@@ -73,7 +73,7 @@ def _guarded(make, native, unsupported):
 
 def _touches_bfloat16(ctx):
     return any(is_bfloat16(dtype) for dtype in ctx.output_dtypes) or any(
-        tensor.dtype.name == "bfloat16" for tensor in ctx.op.inputs)
+        tensor.dtype.name == "bfloat16" for tensor in getattr(ctx.op, "inputs", ()))
 
 
 def _in_float32(make, ctx):
