@@ -31,7 +31,11 @@ SIGNATURES = {}
 def find(path, imported):
     """The object at dotted ``path`` once module ``imported`` is imported (as
     ``import imported`` or ``from <parent> import <last>`` would), reached
-    by attribute lookups from the top package. Raises LookupError."""
+    by attribute lookups from the top package. Raises LookupError::
+
+        find("cupy.cuda.nccl.get_version", "cupy.cuda.nccl")    # the function
+        find("cupy.cuda.nccl.get_version", "cupy")   # LookupError, in a fresh Python
+    """
     _import(imported)
     parts = path.split(".")
     found = sys.modules[parts[0]]
@@ -74,7 +78,11 @@ def _documented_attribute(cls, name):
 def missing_names(pairs):
     """{dotted name and module: why it is missing} for the (name, imported)
     pairs that do not resolve; run it in a fresh interpreter (see
-    :func:`missing_in_fresh_process`) so nothing else has imported more."""
+    :func:`missing_in_fresh_process`) so nothing else has imported more::
+
+        missing_names([("cupy.cuda.Stream.begin_capturing", "cupy")])
+        # {'cupy.cuda.Stream.begin_capturing | cupy': "'cupy.cuda.Stream' has no ..."}
+    """
     missing = {}
     for name, imported in pairs:
         try:
@@ -87,7 +95,10 @@ def missing_names(pairs):
 def missing_in_fresh_process(pairs):
     """:func:`missing_names` in a new Python: a name reached by attribute
     lookups must be there after importing only the module it is reached
-    from (``import cupy`` does not import ``cupy.cuda.nccl``)."""
+    from (``import cupy`` does not import ``cupy.cuda.nccl``)::
+
+        missing_in_fresh_process([("cupy.cuda.nccl", "cupy")])    # one entry
+    """
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import cupy_api; "
             "print(json.dumps(cupy_api.missing_names(json.load(sys.stdin))))")
     done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)],
@@ -100,7 +111,12 @@ def missing_in_fresh_process(pairs):
 
 def signature_of(obj, name):
     """(inspect.Signature or None, where it came from) of ``obj``, CuPy's
-    ``name``."""
+    ``name``::
+
+        signature_of(cupy.add, "cupy.add")
+        # (<Signature (x0, x1, out0=None, /, *, out=None, dtype=None, casting=None)>,
+        #  'ufunc nin/nout')
+    """
     if _is_ufunc(obj):
         return _ufunc_signature(obj), "ufunc nin/nout"
     try:
@@ -136,7 +152,10 @@ _EMBEDDED = re.compile(r"^\s*[\w.]+\((.*)\)\s*(->.*)?$")
 
 def doc_signature(obj):
     """The signature Cython embeds as the first line of ``__doc__``, C types
-    dropped (``allReduce(self, intptr_t sendbuf, ...)``), or None."""
+    dropped, or None::
+
+        doc_signature(cupy.cuda.MemoryPool.malloc)    # (self, size)
+    """
     first = (getattr(obj, "__doc__", None) or "").lstrip().split("\n", 1)[0]
     match = _EMBEDDED.match(first.replace("\\*", "*"))
     if match is None:
@@ -208,7 +227,10 @@ def _default(node):
 
 def takes_self(owner, name):
     """Whether ``owner.name`` is a plain method (its signature starts with
-    the instance) rather than a staticmethod or classmethod."""
+    the instance) rather than a staticmethod or classmethod::
+
+        takes_self(NcclCommunicator, "initAll")    # False: a staticmethod
+    """
     for klass in getattr(owner, "__mro__", ()):
         if name in vars(klass):
             return not isinstance(vars(klass)[name], (staticmethod, classmethod))
@@ -219,7 +241,12 @@ def takes_self(owner, name):
 
 def check_calls(name, uses):
     """Why the calls among ``uses`` (of one dotted ``name``) do not bind to the
-    installed CuPy's signature of it: a list of messages, empty if all do."""
+    installed CuPy's signature of it: a list of messages, empty if all do::
+
+        check_calls("cupy.cuda.Stream", checked_cupy_names(["gpu.py"]))
+        # ['gpu.py:6: cupy.cuda.Stream called with 0 positional, non_blocking=,
+        #   nonblocking=: got an unexpected keyword argument ...']
+    """
     calls = [use for use in uses if use.call is not None]
     if not calls:
         return []
@@ -280,7 +307,11 @@ def simulated_names(modules, package="towerflow.simgpu"):
     towerflow.simgpu puts in sys.modules); each class adds its public
     methods and properties, and ``__call__``/``__enter__``/``__exit__``,
     where it is a class of the simulator's ``package`` (NumPy's dtype
-    classes, offered as CuPy offers them, are NumPy's own)."""
+    classes, offered as CuPy offers them, are NumPy's own)::
+
+        simulated_names(towerflow.simgpu.modules.build("sim", 2**30))
+        # [Offered('cupy.ElementwiseKernel', <class ...>, None, 'cupy'), ...]
+    """
     found = []
     for module_name, module in sorted(modules.items()):
         for attribute, value in sorted(vars(module).items()):
@@ -308,7 +339,11 @@ def check_simulated(offered):
     checks): each parameter it takes must be one CuPy takes, at the same
     position if positional (a private one, ``_world=None``, is its own
     business); each parameter CuPy requires it must take. Exceptions are
-    raised, not called: only their names count. A list of messages."""
+    raised, not called: only their names count. A list of messages::
+
+        check_simulated(Offered("cupy.cuda.Event", SimEvent, None, "cupy.cuda"))
+        # ["cupy.cuda.Event: takes 'world', which CuPy does not; ..."]
+    """
     name, simulated, owner, module = offered
     real = find(name, module)
     if not callable(simulated) or inspect.ismodule(simulated) or \
