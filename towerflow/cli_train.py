@@ -177,7 +177,7 @@ def _versions():
     import numpy
     found = {"towerflow": _own_version(), "numpy": numpy.__version__}
     try:
-        import cupy
+        import cupy.cuda.nccl  # also binds cupy; `import cupy` leaves out nccl
         found["cupy"] = cupy.__version__
         found["cuda_runtime"] = _call(lambda: cupy.cuda.runtime.runtimeGetVersion())
         found["nccl"] = _call(lambda: cupy.cuda.nccl.get_version())
