@@ -315,28 +315,7 @@ def simulated_cupy():
 _ONLY_SIMULATED = "the simulator's own helper, public on a class CuPy's lacks it on"
 # Mismatches found in the simulator, to be fixed there (strict: a fixed one
 # turns red here; then drop its line).
-KNOWN_SIMULATOR_MISMATCHES = {
-    "cupy.cuda.MemoryPool.give_back": _ONLY_SIMULATED,
-    "cupy.cuda.memory.MemoryPool.give_back": _ONLY_SIMULATED,
-    "cupy.cuda.Stream.device": _ONLY_SIMULATED,
-    "cupy.cuda.Stream.done_clock": _ONLY_SIMULATED,
-    "cupy.cuda.Stream.issue": _ONLY_SIMULATED,
-    "cupy.cuda.graph.Graph.add": _ONLY_SIMULATED,
-    "cupy.cuda.graph.Graph.close": _ONLY_SIMULATED,
-    "cupy.cuda.nccl": "the simulated cupy.cuda has .nccl after `import cupy`; the real one "
-                      "only after `import cupy.cuda.nccl` (or `from cupy.cuda import nccl`)",
-    "cupy.cuda.Event": "an extra first parameter `world`: Event(True) is not block=True",
-    "cupy.RawKernel": "enable_cooperative_groups and jitify are positional; keyword-only in "
-                      "CuPy",
-    "cupy.empty_like": "its first parameter is `a`; CuPy's is `prototype`",
-    "cupy._core._accelerator.set_reduction_accelerators": "parameter `values`; CuPy's is "
-                                                          "`accelerators`",
-    "cupy._core._accelerator.set_routine_accelerators": "parameter `values`; CuPy's is "
-                                                        "`accelerators`",
-    "cupy.cuda.MemoryPointer": "(lease, offset=0); CuPy's is (mem, offset)",
-    "cupy.cuda.memory.MemoryPointer": "(lease, offset=0); CuPy's is (mem, offset)",
-    "cupy.random.Generator": "(seed=None); CuPy's is (bit_generator)",
-}
+KNOWN_SIMULATOR_MISMATCHES = {}
 SIMULATED = simulated_cupy()
 
 

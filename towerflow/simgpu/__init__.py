@@ -38,6 +38,8 @@ reference (:func:`register_reference`).
 """
 
 import contextlib
+import importlib.abc
+import importlib.util
 import os
 import sys
 
@@ -79,7 +81,13 @@ def install(gpus=1, memory_bytes=DEFAULT_MEMORY, name=DEFAULT_NAME):
     built = modules.build(name, int(memory_bytes))
     for module_name, module in built.items():
         _SAVED.setdefault(module_name, sys.modules.get(module_name))
-        sys.modules[module_name] = module
+        if module_name in modules.IMPORTED_ON_DEMAND:
+            sys.modules.pop(module_name, None)
+        else:
+            sys.modules[module_name] = module
+    _FINDER.modules = {name: built[name] for name in modules.IMPORTED_ON_DEMAND}
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
     _reload_towerflow_gpu_backend()
 
 
@@ -92,6 +100,9 @@ def uninstall():
         else:
             sys.modules[module_name] = module
     _SAVED.clear()
+    _FINDER.modules = {}
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
     state.set_world(None)
     _reload_towerflow_gpu_backend()
 
@@ -108,6 +119,27 @@ def installed(gpus=1, memory_bytes=DEFAULT_MEMORY, name=DEFAULT_NAME):
         yield sys.modules["cupy"]
     finally:
         uninstall()
+
+
+class _OnDemandFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves the simulated submodules that CuPy loads only when imported."""
+
+    def __init__(self):
+        self.modules = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.modules:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return self.modules[spec.name]
+
+    def exec_module(self, module):
+        pass
+
+
+_FINDER = _OnDemandFinder()
 
 
 def _reload_towerflow_gpu_backend():

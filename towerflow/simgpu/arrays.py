@@ -35,7 +35,7 @@ class Work:
         self.reads, self.writes, self.host_reads = reads, writes, host_reads
 
     def execute(self, stream):
-        clock = stream.issue()
+        clock = stream._issue()
         where = f"'{self.name}'"
         for block in self.reads:
             block.check_read(clock, stream.key, where)
@@ -60,7 +60,7 @@ def submit(work):
     if graph is None:
         work.execute(stream)
         return True
-    graph.add(replayable(work, graph))
+    graph._add(replayable(work, graph))
     return False
 
 
@@ -93,7 +93,7 @@ def host_read(array, stream=None):
     copied = {}
     Work("device-to-host copy", lambda: copied.setdefault("value", array._view.copy()),
          reads=(array.data.block,)).execute(stream)
-    world.host_waits_for(stream.done_clock())
+    world.host_waits_for(stream._done_clock())
     return copied["value"]
 
 
@@ -194,7 +194,7 @@ class ndarray:
         if graph is not None:
             if not pinned:
                 raise clocks.capture_error("a copy from pageable host memory")
-            graph.add(replayable(work, graph))
+            graph._add(replayable(work, graph))
         else:
             work.execute(stream)
 

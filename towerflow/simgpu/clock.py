@@ -136,7 +136,7 @@ class Stream:
         self._saved = []
         world.all_streams.append(self)
 
-    def issue(self):
+    def _issue(self):
         """Queue one piece of work: returns its clock (what it follows, itself
         included). Work queued now follows everything the host has seen end."""
         self.clock.merge(self.world.host_clock)
@@ -144,7 +144,7 @@ class Stream:
         self.clock[self.key] = self.seq
         return self.clock
 
-    def done_clock(self):
+    def _done_clock(self):
         clock = Clock(self.clock)
         clock.merge(self.world.host_clock)
         clock[self.key] = self.seq
@@ -172,7 +172,7 @@ class Stream:
         return False
 
     def record(self, event=None):
-        event = Event(self.world) if event is None else event
+        event = Event() if event is None else event
         event.record(self)
         return event
 
@@ -191,10 +191,10 @@ class Stream:
             self.world.capturing.pop(self.key).invalidated = "stream synchronize"
             raise capture_error("cudaStreamSynchronize on the capturing stream")
         self.world.refuse_during_capture("cudaStreamSynchronize")
-        self.world.host_waits_for(self.done_clock())
+        self.world.host_waits_for(self._done_clock())
 
     def launch_host_func(self, callback, arg):
-        self.issue()
+        self._issue()
         callback(arg)
 
     def begin_capture(self, mode=None):
@@ -217,16 +217,11 @@ class Stream:
             raise CUDARuntimeError(ERROR_STREAM_CAPTURE_INVALIDATED,
                                    "cudaErrorStreamCaptureInvalidated: the capture was "
                                    f"invalidated by {graph.invalidated}")
-        graph.close()
+        graph._close()
         return graph
 
     def is_capturing(self):
         return self.world.capture_of(self) is not None
-
-    @property
-    def device(self):
-        from . import devices
-        return devices.Device(self.device_id)
 
     def __repr__(self):
         return f"<simulated Stream {self.key}>"
@@ -235,9 +230,9 @@ class Stream:
 class Event:
     """cupy.cuda.Event: a position in one stream's queue."""
 
-    def __init__(self, world=None, block=False, disable_timing=False, interprocess=False):
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
         from . import state
-        self.world = world or state.world()
+        self.world = state.world()
         self.device_id = self.world.current_device
         self.clock = None
         self.captured_in = None
@@ -251,7 +246,7 @@ class Event:
                 f"on a stream of GPU {stream.device_id} (the event is made on the current "
                 "device: record it while the stream's device is current)")
         self.captured_in = self.world.capture_of(stream)
-        self.clock = stream.done_clock()
+        self.clock = stream._done_clock()
 
     def synchronize(self):
         if self.captured_in is not None:
@@ -276,10 +271,10 @@ class Graph:
         self.invalidated = None
         self.closed = False
 
-    def add(self, node):
+    def _add(self, node):
         self.nodes.append(node)
 
-    def close(self):
+    def _close(self):
         self.closed = True
 
     def launch(self, stream=None):

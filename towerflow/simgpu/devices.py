@@ -33,7 +33,7 @@ class Device:
         world.refuse_during_capture("cudaDeviceSynchronize")
         streams = [world.null_stream(self.id)] + list(_streams_of(world, self.id))
         for stream in streams:
-            world.host_waits_for(stream.done_clock())
+            world.host_waits_for(stream._done_clock())
 
     @property
     def compute_capability(self):

@@ -259,7 +259,7 @@ class RawKernel:
     (towerflow.backends.kernel_specs), which writes its non-const pointers."""
 
     def __init__(self, code, name, options=(), backend="nvrtc", translate_cucomplex=False,
-                 enable_cooperative_groups=False, jitify=False):
+                 *, enable_cooperative_groups=False, jitify=False):
         self.code, self.name, self.options = code, name, options
 
     def __call__(self, grid, block, args, *, shared_mem=0):
@@ -290,13 +290,20 @@ def _reference_of(name):
 # -- cupy.random ---------------------------------------------------------------------------
 
 
+class BitGenerator:
+    """The state of a simulated cupy.random bit generator, on the current GPU."""
+
+    def __init__(self, seed=None):
+        self.numpy = np.random.default_rng(seed)
+        self.device = state.world().current_device
+
+
 class Generator:
     """cupy.random.Generator: its state lives on the device it was made on, and
     every draw (a replayed one too) advances it."""
 
-    def __init__(self, seed=None):
-        self._numpy = np.random.default_rng(seed)
-        self._device = state.world().current_device
+    def __init__(self, bit_generator):
+        self._numpy, self._device = bit_generator.numpy, bit_generator.device
 
     def _draw(self, name, shape, dtype, method, *args):
         world = state.world()
@@ -328,4 +335,4 @@ class Generator:
 
 
 def default_rng(seed=None):
-    return Generator(seed)
+    return Generator(BitGenerator(seed))

@@ -116,9 +116,9 @@ class MemoryPointer:
     """cupy.cuda.MemoryPointer: ``ptr``, ``device_id``, ``mem`` (the lease of
     the block: while any pointer holds it, the block stays allocated)."""
 
-    def __init__(self, lease, offset=0):
-        self.mem, self.offset = lease, offset
-        self.block = lease.block
+    def __init__(self, mem, offset=0):
+        self.mem, self.offset = mem, offset   # mem: the block's lease
+        self.block = mem.block
         self.ptr = self.block.ptr + offset
         self.device_id = self.block.device_id
 
@@ -194,7 +194,7 @@ class MemoryPool:
     def _device_used(self, world):
         return sum(pool.total_bytes() for pool in state.pools_of(self.device_id))
 
-    def give_back(self, block):
+    def _give_back(self, block):
         block.generation += 1
         self._used -= block.nbytes
         self._free.setdefault((block.stream_key, block.nbytes), []).append(block)
@@ -207,7 +207,7 @@ class _Lease:
 
     def __init__(self, block, pool):
         self.block = block
-        weakref.finalize(self, pool.give_back, block)
+        weakref.finalize(self, pool._give_back, block)
 
 
 def _check_capture_allocation(world, stream, pool):

@@ -135,8 +135,9 @@ def ones(shape, dtype=float, order="C"):
     return _filled(shape, dtype, 1)
 
 
-def empty_like(a, dtype=None, order="K", subok=None, shape=None):
-    return empty(a.shape if shape is None else shape, a.dtype if dtype is None else dtype)
+def empty_like(prototype, dtype=None, order="K", subok=None, shape=None):
+    return empty(prototype.shape if shape is None else shape,
+                 prototype.dtype if dtype is None else dtype)
 
 
 def zeros_like(a, dtype=None, order="K", subok=None, shape=None):
@@ -182,8 +183,14 @@ def get_current_stream(device_id=-1):
 
 def _module(name, **attributes):
     module = types.ModuleType(name)
+    module.__path__ = []        # a package, so its submodules can be imported
     module.__dict__.update(attributes)
     return module
+
+
+# NOTE: as in CuPy, `import cupy` does not bring cupy.cuda.nccl: it is set on
+# cupy.cuda only once imported (install() serves it through an import finder).
+IMPORTED_ON_DEMAND = ("cupy.cuda.nccl",)
 
 
 def build(gpu_name, memory_bytes):
@@ -202,7 +209,7 @@ def build(gpu_name, memory_bytes):
                    MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer,
                    using_allocator=using_allocator, get_current_stream=get_current_stream,
                    runtime=runtime_module, memory=memory_module, graph=graph_module,
-                   nccl=nccl_module, is_available=lambda: True)
+                   is_available=lambda: True)
     accelerator = _module("cupy._core._accelerator", ACCELERATOR_CUB=1, ACCELERATOR_CUTENSOR=2,
                           **_accelerator_functions())
     linalg = _module("cupy._core._routines_linalg", **_linalg_functions())
@@ -240,9 +247,11 @@ def _array_functions():
 def _accelerator_functions():
     chosen = {"reduction": [1], "routine": [1]}
     return {"get_reduction_accelerators": lambda: list(chosen["reduction"]),
-            "set_reduction_accelerators": lambda values: chosen.update(reduction=list(values)),
+            "set_reduction_accelerators":
+                lambda accelerators: chosen.update(reduction=list(accelerators)),
             "get_routine_accelerators": lambda: list(chosen["routine"]),
-            "set_routine_accelerators": lambda values: chosen.update(routine=list(values))}
+            "set_routine_accelerators":
+                lambda accelerators: chosen.update(routine=list(accelerators))}
 
 
 def _linalg_functions():
@@ -260,4 +269,4 @@ def _linalg_functions():
         return chosen.get(np.dtype(dtype), 1)
     return {**{name: value for value, name in names.items()},
             "set_compute_type": set_compute_type, "get_compute_type": get_compute_type,
-            "compute_type_to_str": lambda value: names[value]}
+            "compute_type_to_str": lambda compute_type: names[compute_type]}
