@@ -189,7 +189,7 @@ def test_nccl_across_processes_refuses_several_towers_per_rank(fake_gpus, monkey
 
 def test_simulated_unique_ids_are_bytes_and_communicators_refuse_tuples():
     from towerflow import simgpu
-    with simgpu.installed(gpus=1):
+    with simgpu.installed(gpus=1) as cupy:
         from cupy.cuda import nccl as nccl_module    # as CuPy: not loaded by `import cupy`
         unique_id = nccl_module.get_unique_id()
         assert isinstance(unique_id, bytes) and len(unique_id) == 128
