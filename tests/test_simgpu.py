@@ -255,3 +255,82 @@ def test_uninstall_gives_back_the_modules_it_replaced():
         assert sys.modules["cupy"] is module
     assert sys.modules.get("cupy") is before
     assert not simgpu.is_installed()
+
+
+def test_a_stream_is_used_only_inside_its_devices_context(cp):
+    with cp.cuda.Device(1):
+        on_gpu1 = cp.cuda.Stream(non_blocking=True)
+    with pytest.raises(RuntimeError, match="not the current device"):
+        with on_gpu1:
+            pass
+    with cp.cuda.Device(1), on_gpu1:
+        assert cp.ones(2).device.id == 1
+
+
+def test_memory_a_graph_replays_may_not_be_handed_out_again(cp):
+    stream = cp.cuda.Stream(non_blocking=True)
+    graph_pool = cp.cuda.MemoryPool()
+    x = cp.arange(4.0)
+    cp.cuda.get_current_stream().synchronize()
+    with stream, cp.cuda.using_allocator(graph_pool.malloc):
+        stream.begin_capture()
+        doubled = x * 2
+        graph = stream.end_capture()
+        graph.launch(stream)
+        del doubled                      # its block goes back to the graph's pool
+        other = cp.zeros(4)              # ... and is handed out again
+        with pytest.raises(simgpu.RaceError, match="handed out again"):
+            graph.launch(stream)
+        del other
+
+
+def test_capture_refuses_sizes_read_on_the_host(cp):
+    stream = cp.cuda.Stream(non_blocking=True)
+    x = cp.arange(4.0)
+    cp.cuda.get_current_stream().synchronize()
+    with stream, cp.cuda.using_allocator(cp.cuda.MemoryPool().malloc):
+        stream.begin_capture()
+        with pytest.raises(simgpu.CUDARuntimeError, match="read on the host"):
+            x[x > 1]
+
+
+def test_a_capture_may_not_wait_on_an_event_from_before_it(cp):
+    stream, other = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    before = other.record()
+    stream.begin_capture()
+    with pytest.raises(simgpu.CUDARuntimeError, match="CaptureIsolation"):
+        stream.wait_event(before)
+
+
+def test_one_element_indexes_give_a_view_as_in_cupy(cp):
+    x = cp.zeros((2, 2))
+    element = x[1, 0]
+    element[...] = 5.0
+    assert x.get()[1, 0] == 5.0
+    out = cp.empty((2, 2))
+    assert cp.add(x, 1, out=out) is out
+
+
+def test_nccl_refuses_counts_past_the_buffer_and_unequal_calls(cp):
+    from cupy.cuda import nccl
+    communicators = nccl.NcclCommunicator.initAll([0, 1])
+    values, streams = [], []
+    for device in (0, 1):
+        with cp.cuda.Device(device):
+            values.append(cp.ones(4, np.float32))
+            streams.append(cp.cuda.get_current_stream().ptr)
+
+    def reduce(counts):
+        nccl.groupStart()
+        try:
+            for rank, value in enumerate(values):
+                with cp.cuda.Device(rank):
+                    communicators[rank].allReduce(value.data.ptr, value.data.ptr,
+                                                  counts[rank], nccl.NCCL_FLOAT32,
+                                                  nccl.NCCL_SUM, streams[rank])
+        finally:
+            nccl.groupEnd()
+    with pytest.raises(nccl.NcclError, match="run past the end"):
+        reduce([1000, 1000])
+    with pytest.raises(nccl.NcclError, match="different"):
+        reduce([4, 2])

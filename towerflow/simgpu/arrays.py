@@ -66,30 +66,51 @@ def submit(work):
 
 def replayable(work, graph):
     """``work`` as a node of ``graph``. Like a CUDA graph, the node holds raw
-    memory, not the arrays (whose closures here hold only NumPy views): memory
-    from outside the graph's own pool that is freed after the capture (its
-    array dropped) is refused at replay, as the reuse it allows on a GPU."""
-    blocks = {id(block): block for block in (*work.reads, *work.writes)}.values()
-    borrowed = [(block, block.generation) for block in blocks
-                if getattr(block.pool, "graph_owner", None) is not graph]
-
+    memory (``node.blocks``), not the arrays (whose closures here hold only
+    NumPy views); :func:`seal` and :func:`check_seal` guard that memory."""
     def node(stream):
-        for block, generation in borrowed:
-            if block.generation != generation:
-                raise clocks.RaceError(
-                    f"a graph replay of '{work.name}' uses GPU {block.device_id} memory at "
-                    f"{block.ptr:#x} ({block.nbytes} bytes) that was freed since the "
-                    "capture (a graph holds no reference to its arrays: keep them alive "
-                    "while the graph may replay)")
         work.execute(stream)
+    node.blocks = {id(block): block for block in (*work.reads, *work.writes)}
     return node
+
+
+def seal(graph):
+    """At the end of a capture: note the state of every block the graph uses."""
+    blocks = {}
+    for node in graph.nodes:
+        blocks.update(getattr(node, "blocks", {}))
+    graph.seal = [(block, _owned_by(block, graph), _stamp(block, graph))
+                  for block in blocks.values()]
+
+
+def check_seal(graph, stream):
+    """Before a replay: refuse memory from outside the graph's own pool that
+    was freed since the capture (its array dropped), and graph-pool memory the
+    pool has handed out again since: on a GPU both mean another user's data."""
+    for block, owned, stamp in getattr(graph, "seal", ()):
+        if _stamp(block, graph) != stamp:
+            raise clocks.RaceError(
+                f"a graph replay on {stream.key} uses GPU {block.device_id} memory at "
+                f"{block.ptr:#x} ({block.nbytes} bytes) that "
+                + ("its pool has handed out again since the capture (keep the graph's "
+                   "arrays alive while it may replay)" if owned else
+                   "was freed since the capture (a graph holds no reference to its "
+                   "arrays: keep them alive while the graph may replay)"))
+
+
+def _owned_by(block, graph):
+    return getattr(block.pool, "graph_owner", None) is graph
+
+
+def _stamp(block, graph):
+    return block.handouts if _owned_by(block, graph) else block.generation
 
 
 def host_read(array, stream=None):
     """A synchronous device-to-host copy of ``array`` (a NumPy copy)."""
     world = state.world()
     stream = world.current_stream() if stream is None else stream
-    world.refuse_during_capture(f"a device-to-host copy of a {array.shape} array")
+    world.refuse_during_capture(f"a device-to-host copy of a {array.shape} array", stream)
     copied = {}
     Work("device-to-host copy", lambda: copied.setdefault("value", array._view.copy()),
          reads=(array.data.block,)).execute(stream)
@@ -178,13 +199,12 @@ class ndarray:
             raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray, got {type(arr)}")
         if arr.shape != self.shape:
             raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        if arr.dtype != self.dtype:     # CuPy copies bytes: no cast
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
+        if not self._view.flags.c_contiguous:
+            raise RuntimeError("Cannot set to non-contiguous array")
         world = state.world()
         stream = world.current_stream() if stream is None else stream
-        if stream.device_id != self.data.device_id:
-            raise clocks.CUDARuntimeError(clocks.ERROR_INVALID_RESOURCE_HANDLE,
-                                          "cudaErrorInvalidResourceHandle: a copy to GPU "
-                                          f"{self.data.device_id} on a stream of GPU "
-                                          f"{stream.device_id}")
         pinned = (arr,) if isinstance(arr, PinnedArray) else ()
         source = arr if pinned else arr.copy()      # pageable: staged at the call
         view = self._view
@@ -209,7 +229,16 @@ class ndarray:
                                               written=(self,) if in_place else ())
 
     def __getitem__(self, index):
+        if _is_mask(index):             # the result's size is read on the host
+            state.world().refuse_during_capture("boolean-mask indexing (its size is read "
+                                                "on the host)")
+        elif _picks_one_element(index, self.ndim):
+            index = (*index, Ellipsis) if isinstance(index, tuple) else (index, Ellipsis)
         return launch(np.ndarray.__getitem__, (self, index), {}, "getitem")
+
+    def nonzero(self):
+        state.world().refuse_during_capture("nonzero (its size is read on the host)")
+        return launch(np.ndarray.nonzero, (self,), {}, "nonzero")
 
     def __setitem__(self, index, value):
         launch(np.ndarray.__setitem__, (self, index, value), {}, "setitem", written=(self,))
@@ -223,6 +252,17 @@ class ndarray:
 
     def __array_function__(self, func, types, args, kwargs):
         return launch(func, args, kwargs, func.__name__)
+
+
+def _is_mask(index):
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(item, ndarray) and item.dtype == np.bool_ for item in items)
+
+
+def _picks_one_element(index, ndim):
+    """Whether ``index`` names one element (NumPy gives a copy; CuPy a 0-d view)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return len(items) == ndim and all(isinstance(item, numbers.Integral) for item in items)
 
 
 def _binary(ufunc, reflected=False, in_place=False):
@@ -313,7 +353,16 @@ def launch(function, args, kwargs, name, written=(), cross_device=False):
         _store(fresh_views, values)
     writes = _blocks(outs) + [array.data.block for _, array in fresh]
     submit(Work(name, run, reads=_blocks(arrays), writes=writes))
-    return wrapped
+    out = _the_out_array(kwargs)
+    return wrapped if out is None else out
+
+
+def _the_out_array(kwargs):
+    """The array given as ``out=`` (a ufunc returns that very array), or None."""
+    out = kwargs.get("out")
+    if isinstance(out, tuple) and len(out) == 1:
+        out = out[0]
+    return out if isinstance(out, ndarray) else None
 
 
 def _blocks(arrays):

@@ -38,6 +38,7 @@ ERROR_INVALID_RESOURCE_HANDLE = 400
 ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
 ERROR_STREAM_CAPTURE_INVALIDATED = 901
 ERROR_INVALID_VALUE = 1
+ERROR_STREAM_CAPTURE_ISOLATION = 905
 
 
 def capture_error(what):
@@ -107,12 +108,19 @@ class World:
     def capture_of(self, stream):
         return self.capturing.get(stream.key)
 
-    def refuse_during_capture(self, what):
-        """CUDA invalidates a capture on a synchronisation or host read; the
-        simulator refuses it while any stream of this thread captures."""
-        if self.capturing:
-            graph = next(iter(self.capturing.values()))
+    def refuse_during_capture(self, what, stream=None, device=None):
+        """A synchronisation or host read involving a capturing stream (by
+        default the current stream; with ``device``, any stream of that GPU)
+        invalidates its capture, as in CUDA (CuPy captures in relaxed mode:
+        other streams may still synchronise)."""
+        if device is not None:
+            graphs = [graph for graph in self.capturing.values() if graph.device_id == device]
+        else:
+            graph = self.capture_of(stream or self.current_stream())
+            graphs = [graph] if graph is not None else []
+        for graph in graphs:
             graph.invalidated = what
+        if graphs:
             raise capture_error(what)
 
     def host_waits_for(self, clock):
@@ -152,11 +160,22 @@ class Stream:
 
     # -- cupy.cuda.Stream's interface ---------------------------------------------------
 
+    def _check_device(self):
+        """As CuPy's check_stream_device_match: a stream is made current only
+        while its device is current (the null stream follows the device)."""
+        current = self.world.current_device
+        if not self.null and self.device_id != current:
+            raise RuntimeError(f"the stream's device ({self.device_id}) is not the current "
+                               f"device ({current}): use the stream inside its device's "
+                               "context")
+
     def use(self):
+        self._check_device()
         self.world.current_streams()[self.device_id] = self
         return self
 
     def __enter__(self):
+        self._check_device()
         streams = self.world.current_streams()
         self._saved.append(streams.get(self.device_id))
         streams[self.device_id] = self
@@ -184,16 +203,24 @@ class Stream:
             raise NotImplementedError(
                 "the simulated GPU does not let a stream join another stream's capture "
                 "through an event (cudaStreamWaitEvent on a captured event)")
+        if graph is not None and event.captured_in is None:
+            graph.invalidated = "a wait on an event recorded outside the capture"
+            raise CUDARuntimeError(
+                ERROR_STREAM_CAPTURE_ISOLATION,
+                "cudaErrorStreamCaptureIsolation: a capturing stream waited on an event "
+                "recorded outside the capture (wait before begin_capture)")
         self.clock.merge(event.clock)
 
     def synchronize(self):
-        if self.world.capture_of(self) is not None:
-            self.world.capturing.pop(self.key).invalidated = "stream synchronize"
-            raise capture_error("cudaStreamSynchronize on the capturing stream")
-        self.world.refuse_during_capture("cudaStreamSynchronize")
+        self.world.refuse_during_capture("cudaStreamSynchronize on the capturing stream",
+                                         stream=self)
         self.world.host_waits_for(self._done_clock())
 
     def launch_host_func(self, callback, arg):
+        graph = self.world.capture_of(self)
+        if graph is not None:                   # a host node: runs at each replay
+            graph._add(lambda stream: (stream._issue(), callback(arg)))
+            return
         self._issue()
         callback(arg)
 
@@ -251,12 +278,14 @@ class Event:
     def synchronize(self):
         if self.captured_in is not None:
             raise capture_error("cudaEventSynchronize on an event recorded in a capture")
-        self.world.refuse_during_capture("cudaEventSynchronize")
         if self.clock is not None:
             self.world.host_waits_for(self.clock)
 
     @property
     def done(self):
+        """cudaEventQuery: the simulated work is always done, and the host
+        that asked now knows it."""
+        self.synchronize()
         return True
 
 
@@ -275,7 +304,9 @@ class Graph:
         self.nodes.append(node)
 
     def _close(self):
+        from . import arrays
         self.closed = True
+        arrays.seal(self)
 
     def launch(self, stream=None):
         from . import state
@@ -285,7 +316,9 @@ class Graph:
             raise CUDARuntimeError(ERROR_INVALID_RESOURCE_HANDLE,
                                    "cudaErrorInvalidResourceHandle: a graph of GPU "
                                    f"{self.device_id} launched on GPU {stream.device_id}")
-        world.refuse_during_capture("cudaGraphLaunch inside a capture")
+        world.refuse_during_capture("cudaGraphLaunch inside a capture", stream=stream)
+        from . import arrays
+        arrays.check_seal(self, stream)
         for node in self.nodes:
             node(stream)
 

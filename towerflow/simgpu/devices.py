@@ -30,7 +30,7 @@ class Device:
 
     def synchronize(self):
         world = state.world()
-        world.refuse_during_capture("cudaDeviceSynchronize")
+        world.refuse_during_capture("cudaDeviceSynchronize", device=self.id)
         streams = [world.null_stream(self.id)] + list(_streams_of(world, self.id))
         for stream in streams:
             world.host_waits_for(stream._done_clock())

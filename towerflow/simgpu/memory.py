@@ -42,6 +42,7 @@ class Block:
         self.reads = {}                 # stream key -> seq, since the last write
         self.graph_owner = None         # the capture this pool's block belongs to
         self.generation = 0             # counts hand-outs and frees (see arrays.replayable)
+        self.handouts = 0               # how often a pool handed it out
         self.poison()
 
     def poison(self):
@@ -127,39 +128,42 @@ class MemoryPointer:
 
 
 class MemoryPool:
-    """cupy.cuda.MemoryPool: blocks per device and stream, a byte limit."""
+    """cupy.cuda.MemoryPool: like CuPy's, one sub-pool per device, and every
+    call (malloc, the byte counts, set_limit) acts on the current device's;
+    blocks are cached per stream; a limit counts cached blocks too."""
 
     def __init__(self, allocator=None):
         del allocator
-        world = state.world()
-        self.device_id = world.current_device
-        self._limit = 0
-        self._used = 0
-        self._free = {}                 # (stream key, nbytes) -> [Block]
-        self._free_bytes = 0
+        self._world = state.world()
+        self._per_device = {}
         self.ever_allocated = False
         state.track_pool(self)
 
+    def _sub(self, device_id=None):
+        device_id = self._world.current_device if device_id is None else device_id
+        if device_id not in self._per_device:
+            self._per_device[device_id] = _DevicePool(device_id)
+        return self._per_device[device_id]
+
     def set_limit(self, size=None, fraction=None):
         if fraction is not None:
-            size = int(state.world().memory_bytes * fraction)
-        self._limit = int(size or 0)
+            size = int(self._world.memory_bytes * fraction)
+        self._sub().limit = int(size or 0)
 
     def get_limit(self):
-        return self._limit
+        return self._sub().limit
 
     def used_bytes(self):
-        return self._used
+        return self._sub().used
 
     def total_bytes(self):
-        return self._used + self._free_bytes
+        return self._sub().total()
 
     def free_bytes(self):
-        return self._free_bytes
+        return self._sub().free_bytes
 
     def free_all_blocks(self, stream=None):
-        self._free.clear()
-        self._free_bytes = 0
+        self._sub().drop_cache()
 
     def malloc(self, size):
         """A MemoryPointer to ``size`` bytes for the current stream."""
@@ -167,38 +171,60 @@ class MemoryPool:
         stream = world.current_stream()
         _check_capture_allocation(world, stream, self)
         nbytes = (int(size) + _ALIGN - 1) // _ALIGN * _ALIGN
-        block = self._reuse(stream.key, nbytes) or self._new(stream, nbytes)
-        self._used += nbytes
+        sub = self._sub(stream.device_id)
+        block = sub.reuse(stream.key, nbytes) or self._new(sub, stream, nbytes)
+        block.handouts += 1
+        sub.used += nbytes
         self.ever_allocated = True
         return MemoryPointer(_Lease(block, self))
 
-    def _reuse(self, stream_key, nbytes):
-        blocks = self._free.get((stream_key, nbytes))
+    def _new(self, sub, stream, nbytes):
+        if sub.limit and sub.total() + nbytes > sub.limit:
+            raise OutOfMemoryError(nbytes, sub.total(), sub.limit)
+        if _device_used(sub.device_id) + nbytes > self._world.memory_bytes:
+            for pool in state.pools_of(sub.device_id):     # as CuPy: free the caches, retry
+                pool._sub(sub.device_id).drop_cache()
+            if _device_used(sub.device_id) + nbytes > self._world.memory_bytes:
+                raise OutOfMemoryError(nbytes, sub.total())
+        return Block(stream.device_id, nbytes, self, stream.key)
+
+    def _give_back(self, block):
+        block.generation += 1
+        self._sub(block.device_id).cache(block)
+
+
+class _DevicePool:
+    """One device's part of a MemoryPool."""
+
+    def __init__(self, device_id):
+        self.device_id, self.limit, self.used = device_id, 0, 0
+        self.blocks = {}                # (stream key, nbytes) -> [cached Block]
+        self.free_bytes = 0
+
+    def total(self):
+        return self.used + self.free_bytes
+
+    def reuse(self, stream_key, nbytes):
+        blocks = self.blocks.get((stream_key, nbytes))
         if not blocks:
             return None
-        self._free_bytes -= nbytes
+        self.free_bytes -= nbytes
         block = blocks.pop()
         block.generation += 1
         return block
 
-    def _new(self, stream, nbytes):
-        if self._limit and self.total_bytes() + nbytes > self._limit:
-            self.free_all_blocks()
-            if self._used + nbytes > self._limit:
-                raise OutOfMemoryError(nbytes, self._used, self._limit)
-        world = state.world()
-        if self._device_used(world) + nbytes > world.memory_bytes:
-            raise OutOfMemoryError(nbytes, self._used)
-        return Block(stream.device_id, nbytes, self, stream.key)
+    def cache(self, block):
+        self.used -= block.nbytes
+        self.blocks.setdefault((block.stream_key, block.nbytes), []).append(block)
+        self.free_bytes += block.nbytes
 
-    def _device_used(self, world):
-        return sum(pool.total_bytes() for pool in state.pools_of(self.device_id))
+    def drop_cache(self):
+        self.blocks.clear()
+        self.free_bytes = 0
 
-    def _give_back(self, block):
-        block.generation += 1
-        self._used -= block.nbytes
-        self._free.setdefault((block.stream_key, block.nbytes), []).append(block)
-        self._free_bytes += block.nbytes
+
+def _device_used(device_id):
+    return sum(pool._sub(device_id).total() for pool in state.pools_of(device_id))
 
 
 class _Lease:

@@ -44,7 +44,7 @@ def _device_function(name):
     host_sync = name in _HOST_SYNCING
 
     def call(*args, **kwargs):
-        if host_sync:   # the result's size is read on the host first
+        if host_sync or (name == "where" and len(args) == 1):   # a size read on the host
             state.world().refuse_during_capture(f"cupy.{name} (its size is read on the host)")
         return arrays.launch(function, args, kwargs, name)
     call.__name__ = call.__qualname__ = name

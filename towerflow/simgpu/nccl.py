@@ -13,6 +13,7 @@ import os
 import socket
 import typing
 
+import ml_dtypes
 import numpy as np
 
 from . import arrays, memory, state
@@ -22,10 +23,11 @@ NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = 0, 1, 2, 3
 NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_UINT32 = 0, 1, 2, 3
 NCCL_INT64, NCCL_UINT64, NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64 = 4, 5, 6, 7, 8
 NCCL_BFLOAT16 = 9
+NCCL_AVG = 4
 _DTYPES = {0: np.int8, 1: np.uint8, 2: np.int32, 3: np.uint32, 4: np.int64, 5: np.uint64,
-           6: np.float16, 7: np.float32, 8: np.float64}
+           6: np.float16, 7: np.float32, 8: np.float64, 9: ml_dtypes.bfloat16}
 _REDUCE = {NCCL_SUM: np.add, NCCL_PROD: np.multiply, NCCL_MAX: np.maximum,
-           NCCL_MIN: np.minimum}
+           NCCL_MIN: np.minimum, NCCL_AVG: np.add}
 _CLIQUES = itertools.count(1)
 UNIQUE_ID_BYTES = 128
 # ncclResult_t values the simulator raises.
@@ -145,11 +147,15 @@ class NcclCommunicator:
 
 
 def _run_collectives(calls):
-    by_clique = {}
+    """Each rank's k-th call of a group with the other ranks' k-th calls."""
+    by_collective, calls_so_far = {}, {}
     for call in calls:
-        by_clique.setdefault(call[0]._clique, []).append(call)
-    for clique_calls in by_clique.values():
-        _all_reduce(clique_calls)
+        communicator = call[0]
+        ordinal = calls_so_far.get(id(communicator), 0)
+        calls_so_far[id(communicator)] = ordinal + 1
+        by_collective.setdefault((communicator._clique, ordinal), []).append(call)
+    for collective in by_collective.values():
+        _all_reduce(collective)
 
 
 def _all_reduce(calls):
@@ -162,14 +168,26 @@ def _all_reduce(calls):
                            f"{first._size} never called allReduce while ranks {local_ranks} "
                            "did (one thread must issue every rank's call inside "
                            "groupStart/groupEnd)")
+    _check_same_call(calls)
     contributions = [_read_send(call) for call in calls]
     total = contributions[0].copy()
     for part in contributions[1:]:
         _REDUCE[calls[0][5]](total, part, out=total)
     if first._across_processes:
         total = _mpi_all_reduce(total, calls[0][5])
+    if calls[0][5] == NCCL_AVG:
+        total = (total / first._size).astype(total.dtype)
     for call in calls:
         _write_recv(call, total)
+
+
+def _check_same_call(calls):
+    """Every rank must pass the same count, type and operation (NCCL would
+    read or write past a smaller buffer, or hang)."""
+    shapes = {(call[3], call[4], call[5]) for call in calls}
+    if len(shapes) > 1:
+        raise NcclError(_INVALID_USAGE, f"ncclInvalidUsage: the ranks of one allReduce "
+                                        f"passed different (count, type, op): {sorted(shapes)}")
 
 
 def _stream_of(call):
@@ -189,6 +207,10 @@ def _buffer(ptr, call):
         raise NcclError(5, f"ncclInvalidArgument: a buffer on GPU {block.device_id} given "
                            f"to rank {communicator._rank} on GPU {communicator._device}")
     dtype = np.dtype(_DTYPES[datatype])
+    if offset + count * dtype.itemsize > block.nbytes:
+        raise NcclError(_INVALID_ARGUMENT, f"ncclInvalidArgument: {count} elements of "
+                                           f"{dtype.name} from {ptr:#x} run past the end of "
+                                           f"its {block.nbytes}-byte allocation")
     view = block.buffer[offset:offset + count * dtype.itemsize].view(dtype)
     return block, view
 

@@ -28,7 +28,10 @@ def track_pool(pool):
 
 
 def pools_of(device_id):
-    return [pool for pool in list(_POOLS) if pool.device_id == device_id]
+    """The pools of this install's world that hold memory on ``device_id``."""
+    current = world()
+    return [pool for pool in list(_POOLS)
+            if pool._world is current and device_id in pool._per_device]
 
 
 _DEFAULT_POOLS = {}
