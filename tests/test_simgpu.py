@@ -260,9 +260,8 @@ def test_uninstall_gives_back_the_modules_it_replaced():
 def test_a_stream_is_used_only_inside_its_devices_context(cp):
     with cp.cuda.Device(1):
         on_gpu1 = cp.cuda.Stream(non_blocking=True)
-    with pytest.raises(RuntimeError, match="not the current device"):
-        with on_gpu1:
-            pass
+    with pytest.raises(RuntimeError, match="not the current device"), on_gpu1:
+        pass
     with cp.cuda.Device(1), on_gpu1:
         assert cp.ones(2).device.id == 1
 
