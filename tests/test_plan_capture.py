@@ -172,12 +172,13 @@ def test_each_fed_shape_gets_its_own_graph_up_to_a_limit(fake_capturing_gpu, cap
 def test_a_plan_with_a_host_read_runs_op_by_op_and_says_why(fake_capturing_gpu, capsys):
     with tf.device("/gpu:0"):
         step = tf.train.get_or_create_global_step()
-        rate = tf.train.exponential_decay(0.1, step, 10, 0.5)
+        rate = tf.train.learning_rate_schedule(lambda s: 0.1 * 0.5 ** (s / 10), step)
         x, y, w, loss, _ = linear_model(learning_rate=rate)
         train = tf.train.GradientDescentOptimizer(rate).minimize(loss, global_step=step)
     losses, _ = train_losses(session(), (x, y, w, loss, train), batches(4))
     assert FakeCapturingGpu.captures == 0
-    assert "(LearningRateSchedule) evaluates its schedule in Python" in capsys.readouterr().err
+    assert "(LearningRateSchedule) calls a Python function on each step's value" \
+        in capsys.readouterr().err
     assert np.all(np.isfinite(losses))
 
 

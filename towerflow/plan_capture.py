@@ -17,7 +17,7 @@ a new shape). Where capture is impossible the plan runs op by op, and the
 reason is logged once::
 
     CUDA graphs: not capturing the plan of 3 fetches: op 'lr' (LearningRateSchedule)
-    evaluates its schedule in Python on each step's value
+    calls a Python function on each step's value
 
 Capture is on by default (``ConfigProto(cuda_graphs=True)``); pass
 ``cuda_graphs=False``, or set ``TOWERFLOW_CUDA_GRAPHS=0``, to run every step
@@ -40,7 +40,7 @@ WARMUP_RUNS = 1
 # Ops whose kernels read a device value on the host: a graph cannot replay
 # that (capture would fail at the read), so plans with them run op by op.
 _HOST_READS = {
-    "LearningRateSchedule": "evaluates its schedule in Python on each step's value",
+    "LearningRateSchedule": "calls a Python function on each step's value",
     "MpiAllReduce": "exchanges host arrays over MPI",
     "MpiBroadcast": "exchanges host arrays over MPI",
     "TruncatedNormal": "redraws its tails until the host sees none left",
