@@ -151,6 +151,10 @@ def test_piecewise_constant_is_exact_at_and_around_each_boundary():
     got = schedule_values(lambda s: tf.train.piecewise_constant(s, boundaries, values),
                           [10.0, 10.5], step_dtype=tf.float32)
     np.testing.assert_array_equal(got, np.float32([1.0, 0.5]))
+    past_int32 = [2**31, 2**32]             # compared exactly, not wrapped into int32
+    got = schedule_values(lambda s: tf.train.piecewise_constant(s, past_int32, values),
+                          [0, 2**31 - 1], step_dtype=tf.int32)
+    np.testing.assert_array_equal(got, np.float32([1.0, 1.0]))
 
 
 def test_the_cifar10_recipes_schedule_is_the_former_one():

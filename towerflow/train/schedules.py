@@ -17,6 +17,8 @@ host each step (so a GPU plan that uses it is not captured as a CUDA graph).
 
 import math
 
+import numpy as np
+
 from .. import dtypes
 from ..graph import core
 from ..ops import constant_ops, math_ops
@@ -119,10 +121,15 @@ def _comparable(step, boundaries):
     """(step, boundary -> constant) that compare exactly, as Python numbers do:
     in the step's own integer dtype when every boundary is a whole number,
     else both in float64."""
-    if step.dtype.is_integer and all(float(b).is_integer() for b in boundaries):
+    if step.dtype.is_integer and all(_whole_number_in(b, step.dtype) for b in boundaries):
         return step, lambda boundary: constant_ops.constant(int(boundary), step.dtype)
     return (math_ops.cast_if_needed(step, dtypes.float64),
             lambda boundary: constant_ops.constant(float(boundary), dtypes.float64))
+
+
+def _whole_number_in(value, dtype):
+    limits = np.iinfo(dtype.as_numpy_dtype)
+    return float(value).is_integer() and limits.min <= value <= limits.max
 
 
 def exponential_decay(learning_rate, global_step, decay_steps, decay_rate,
