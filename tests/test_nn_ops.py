@@ -416,5 +416,6 @@ def test_label_out_of_range_names_the_label(bad_label):
     loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
     with tf.Session() as session, pytest.raises(
             tf.errors.InvalidArgumentError,
-            match=rf"label value of {bad_label} \(at index 1\).*valid range of \[0, 3\)"):
+            match=rf"^Received a label value of {bad_label} which is outside the valid range "
+                  rf"of \[0, 3\)\.  Label values: 0 {bad_label} 2$"):
         session.run(loss, {logits: np.zeros((3, 3)), targets: [0, bad_label, 2]})

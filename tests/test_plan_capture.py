@@ -8,16 +8,19 @@ The real capture (CupyDevice.capture_steps) is checked on a GPU in
 test_gpu_backend.py."""
 
 import contextlib
+import itertools
 
 import numpy as np
 import pytest
 
 import towerflow as tf
-from towerflow import backends, plan_capture
+from towerflow import backends, data, plan_capture, training
 from towerflow.backends import kernels, numpy_backend
 from towerflow.device import physical
 from towerflow.graph import registry
+from towerflow.recipes import cifar10
 from conftest import fake_gpu, gpu_registration_kept
+from host_read_trap import TRAP_KERNELS, TrapGpu
 
 
 class CaptureUnsupported(RuntimeError):
@@ -30,12 +33,13 @@ class FakeCapturingGpu(numpy_backend.NumpyDevice):
     cells = staticmethod(lambda: [])     # the test session's variable cells
     fails_in = set()                     # op types that cannot be captured
     captures = replays = 0
+    table = numpy_backend.KERNELS
 
     def __init__(self, logical_device):
         super().__init__(logical_device)
         self.capture_group = logical_device.gpu.index
         self.capturing = False
-        self.kernels = _FailingWhileCaptured(numpy_backend.KERNELS, self)
+        self.kernels = _FailingWhileCaptured(self.table, self)
 
     @staticmethod
     def to_device(host_value):      # a device buffer of its own, as on a GPU
@@ -58,6 +62,16 @@ class FakeCapturingGpu(numpy_backend.NumpyDevice):
                     cell.value[...] = value
         FakeCapturingGpu.captures += 1
         return FakeReplayer(run)
+
+
+class TrapCapturingGpu(FakeCapturingGpu):
+    """FakeCapturingGpu on the GPU's code paths, with arrays that refuse to be
+    read on the host (tests/host_read_trap.py): a host read fails the step."""
+
+    table = TRAP_KERNELS
+    to_device = staticmethod(TrapGpu.to_device)
+    to_host = staticmethod(TrapGpu.to_host)
+    copy_from = staticmethod(TrapGpu.copy_from)
 
 
 class FakeReplayer:
@@ -180,13 +194,34 @@ def test_each_fed_shape_gets_its_own_graph_up_to_a_limit(fake_capturing_gpu, cap
 def test_a_plan_with_a_host_read_runs_op_by_op_and_says_why(fake_capturing_gpu, capsys):
     with tf.device("/gpu:0"):
         step = tf.train.get_or_create_global_step()
-        rate = tf.train.exponential_decay(0.1, step, 10, 0.5)
+        rate = tf.train.learning_rate_schedule(lambda s: 0.1 * 0.5 ** (s / 10), step)
         x, y, w, loss, _ = linear_model(learning_rate=rate)
         train = tf.train.GradientDescentOptimizer(rate).minimize(loss, global_step=step)
     losses, _ = train_losses(session(), (x, y, w, loss, train), batches(4))
     assert FakeCapturingGpu.captures == 0
-    assert "(LearningRateSchedule) evaluates its schedule in Python" in capsys.readouterr().err
+    assert "(LearningRateSchedule) calls a Python function on each step's value" \
+        in capsys.readouterr().err
     assert np.all(np.isfinite(losses))
+
+
+def test_a_scheduled_loss_scaled_step_is_captured_whole(fake_capturing_gpu, capsys):
+    # The schedule and loss scaling's gate are device ops: nothing reads the host.
+    with tf.device("/gpu:0"):
+        step = tf.train.get_or_create_global_step()
+        rate = tf.train.exponential_decay(0.1, step, 2, 0.5, staircase=True)
+        x, y, w, loss, _ = linear_model()
+        opt = tf.mixed_precision.LossScaleOptimizer(tf.train.MomentumOptimizer(rate, 0.9))
+        train = opt.minimize(loss, global_step=step)
+    fed = batches(5)
+    fed[2][0][0, 0] = np.inf                           # a step the gate skips
+    model = (x, y, w, loss, train)
+    replayed = train_losses(session(), model, fed)
+    assert (FakeCapturingGpu.captures, FakeCapturingGpu.replays) == (1, 4)
+    assert "CUDA graphs: not capturing" not in capsys.readouterr().err
+    assert not np.isfinite(replayed[0][2])
+    plain = train_losses(session(tf.ConfigProto(cuda_graphs=False)), model, fed)
+    np.testing.assert_array_equal(replayed[0], plain[0])
+    np.testing.assert_array_equal(replayed[1], plain[1])
 
 
 def test_a_step_on_the_cpu_keeps_the_plan_op_by_op(fake_capturing_gpu, capsys):
@@ -254,3 +289,36 @@ def test_variable_cells_are_what_a_session_keeps(fake_capturing_gpu):
     sess.run(v.initializer)
     cells = plan_capture.session_cells(sess._state)()
     assert len(cells) == 1 and isinstance(cells[0], kernels.VariableCell)
+
+
+def test_the_cifar10_recipes_training_step_is_captured_whole(fake_capturing_gpu, capsys):
+    """Towers on two logical GPUs, the all-reduce, the update and the recipe's
+    schedule, as `towerflow train cifar10` builds and runs them (small images),
+    on the GPU's code paths with every host read trapped."""
+    registry.register_kernels("GPU", TRAP_KERNELS)
+    backends.register_backend("GPU", TrapCapturingGpu)
+    gpu = tf.config.list_physical_devices("GPU")[0]
+    tf.config.set_logical_device_configuration(
+        gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=256)] * 2)
+    rng = np.random.default_rng(0)
+    train = data.Split(rng.integers(0, 256, (24, 8, 8, 3)).astype(np.uint8),
+                       rng.integers(0, 10, 24).astype(np.int64))
+    splits = data.Splits(train, train, [str(label) for label in range(10)])
+    recipe = cifar10.RECIPE
+    pipeline = data.Pipeline(*train, batch_size=8, seed=0, **recipe.pipeline_options(train))
+    graph = tf.Graph()
+    with graph.as_default():
+        model = training._build(recipe, splits, ["/gpu:0", "/gpu:1"], "auto", 0, pipeline,
+                                epochs=2)
+        fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
+        sess = session()
+        sess.run(tf.global_variables_initializer())
+        for images, labels in itertools.chain(pipeline.epoch(), pipeline.epoch()):
+            feed = {model.images: images, model.labels: labels, model.training: True}
+            sess.run(fetches, feed)
+        (plan, _), = [entry for entry in sess._plans.values()
+                      if getattr(entry[0], "captured", 0)]       # the training step's
+        assert plan_capture.static_reason(plan._plan, plan._runtimes) is None
+        assert (FakeCapturingGpu.captures, FakeCapturingGpu.replays) == (1, 5)
+        assert sess.run(model.global_step) == 6
+    assert "CUDA graphs: not capturing" not in capsys.readouterr().err

@@ -285,11 +285,22 @@ def test_schedule_values_follow_the_formula(name):
     step = tf.placeholder(tf.int64, [])
     learning_rate = build(step)
     assert learning_rate.dtype == tf.float32 and learning_rate.shape.ndims == 0
-    assert learning_rate.op.type == "LearningRateSchedule"  # one op, even when composed
+    assert "LearningRateSchedule" not in ancestor_types(learning_rate)   # graph ops only
     with tf.Session() as sess:
         for at_step, value in expected.items():
             assert sess.run(learning_rate, {step: at_step}) == pytest.approx(
                 value, rel=1e-6, abs=1e-9), at_step
+
+
+def ancestor_types(tensor):
+    """The op types ``tensor`` is computed from (itself included)."""
+    seen, pending = set(), [tensor.op]
+    while pending:
+        op = pending.pop()
+        if op not in seen:
+            seen.add(op)
+            pending.extend(input_tensor.op for input_tensor in op.inputs)
+    return {op.type for op in seen}
 
 
 def test_schedules_reject_bad_arguments():
@@ -382,3 +393,14 @@ def test_mlp_learns_xor_quadrants(make):
     assert initial_loss > 0.5
     assert final_loss < 0.05
     assert final_accuracy == 1.0
+
+
+def test_a_python_schedule_is_called_on_each_steps_value():
+    step = tf.placeholder(tf.int64, [])
+    learning_rate = tf.train.learning_rate_schedule(lambda s: 0.1 / (1 + s), step)
+    assert learning_rate.op.type == "LearningRateSchedule" and learning_rate.dtype == tf.float32
+    blowing_up = tf.train.learning_rate_schedule(lambda s: math.inf, step, name="bad")
+    with tf.Session() as sess:
+        assert sess.run(learning_rate, {step: 4}) == pytest.approx(0.02)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="schedule 'bad' gave inf"):
+            sess.run(blowing_up, {step: 3})

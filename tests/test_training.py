@@ -63,10 +63,13 @@ def test_resume_with_another_tower_count(tmp_path, no_gpu):
 
 
 def test_mixed_precision_training_learns_and_restores_the_policy(no_gpu):
-    result = training.fit(get("digits"), towers(1), epochs=1, steps=12, quiet=True,
+    # NOTE: one epoch (23 steps), whose accuracy is 0.46-0.80 over seeds 0-11 (chance
+    # is 0.1); after 12 steps it was 0.26-0.60, too close to any threshold: the initial
+    # weights' seeds follow the ops built before the model, the schedule's included.
+    result = training.fit(get("digits"), towers(1), epochs=1, quiet=True,
                           precision="mixed_float16")
     assert result["precision"] == "mixed_float16" and math.isfinite(result["final_loss"])
-    assert result["test_accuracy"] >= 0.5
+    assert result["test_accuracy"] >= 0.4
     assert tf.mixed_precision.global_policy().name == "float32"    # restored afterwards
 
 
@@ -122,7 +125,10 @@ def test_flip_test_time_augmentation_adds_each_images_mirror(monkeypatch, no_gpu
         model.test_time_flip = False
         images = splits.test.images
         symmetric = data.Split(images + images[:, :, ::-1], splits.test.labels)
-        assert training.evaluate(sess, model, symmetric) == with_flips
+        # the same correct predictions: the accuracy metric is a float32 mean of the
+        # towers' accuracies weighted by their shares, exact to far less than one image
+        assert training.evaluate(sess, model, symmetric) == pytest.approx(
+            with_flips, abs=0.5 / len(splits.test.labels))
         assert training.evaluate(sess, model, splits.test) != with_flips
     pipeline.close()
 

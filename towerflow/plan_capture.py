@@ -19,7 +19,7 @@ a new shape). Where capture is impossible the plan runs op by op, and the
 reason is logged once::
 
     CUDA graphs: not capturing the plan of 3 fetches: op 'lr' (LearningRateSchedule)
-    evaluates its schedule in Python on each step's value
+    calls a Python function on each step's value
 
 Capture is on by default (``ConfigProto(cuda_graphs=True)``); pass
 ``cuda_graphs=False``, or set ``TOWERFLOW_CUDA_GRAPHS=0``, to run every step
@@ -41,8 +41,11 @@ WARMUP_RUNS = 1
 
 # Ops whose kernels read a device value on the host: a graph cannot replay
 # that (capture would fail at the read), so plans with them run op by op.
+# NOTE: every other kernel of a training step computes on the device (the
+# built-in schedules, loss scaling's gate, a fed batch-norm flag or dropout
+# rate, the towers' weights): tests/test_host_reads.py traps any host read.
 _HOST_READS = {
-    "LearningRateSchedule": "evaluates its schedule in Python on each step's value",
+    "LearningRateSchedule": "calls a Python function on each step's value",
     "MpiAllReduce": "exchanges host arrays over MPI",
     "MpiBroadcast": "exchanges host arrays over MPI",
     "TruncatedNormal": "redraws its tails until the host sees none left",
@@ -196,12 +199,6 @@ def static_reason(plan, runtimes):
             return f"op '{op.name}' ({op.type}) runs on {outside[0].name}, outside the GPU"
         if op.type in _HOST_READS:
             return f"op '{op.name}' ({op.type}) {_HOST_READS[op.type]}"
-        if op.attrs.get("gated"):
-            return (f"op '{op.name}' ({op.type}) is gated by loss scaling, which reads "
-                    "the gate on the host")
-        if op.type in ("FusedBatchNorm", "FusedBatchNormGrad") and \
-                op.attrs.get("is_training") is None:
-            return f"op '{op.name}' ({op.type}) reads its fed training flag on the host"
     for runtime in plan.feed_runtimes:
         if not _captures(runtime):
             return f"a fed value is placed on {runtime.name}, outside the GPU"

@@ -3,6 +3,8 @@ dropout) and categorical sampling, written against ``xp``."""
 
 import math
 
+import numpy as np
+
 from .. import errors
 from .cpu_threads import SERIAL
 from .filled_vectors import FilledVectors
@@ -207,17 +209,30 @@ def _dropout(xp, ctx):
     noise_shape, op = ctx.attrs["noise_shape"], ctx.op
 
     def dropout(x, fed_rate=None):
-        rate = static_rate if fed_rate is None else float(fed_rate)
-        if not 0.0 <= rate < 1.0:   # NOTE: only a fed rate can be out of range here
-            raise errors.InvalidArgumentError(
-                None, op, f"dropout rate must be in [0, 1), got {rate} (keep_prob "
-                f"{1.0 - rate}); feed a keep_prob in (0, 1]")
+        rate = static_rate if fed_rate is None else _fed_dropout_rate(xp, op, fed_rate)
         shape = x.shape if noise_shape is None else tuple(
             size if want is None else want for size, want in zip(x.shape, noise_shape))
         keep = rng.random(shape, dtype=xp.float32) >= rate
-        mask = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - rate))
+        if fed_rate is None:
+            scale = x.dtype.type(1.0 / (1.0 - rate))
+        else:   # on the device, in float64 as the Python float above
+            scale = xp.true_divide(1.0, 1.0 - rate.astype(xp.float64)).astype(x.dtype)
+        mask = keep.astype(x.dtype) * scale
         return x * mask, mask
     return dropout
+
+
+def _fed_dropout_rate(xp, op, fed_rate):
+    """A fed rate as a float32 array. On the CPU it is checked (NumPy arrays
+    are on the host already); on a GPU, as in TensorFlow, it is not (a check
+    would wait for the device): a rate of 1 then gives NaNs."""
+    if xp is np:
+        rate = float(fed_rate)
+        if not 0.0 <= rate < 1.0:
+            raise errors.InvalidArgumentError(
+                None, op, f"dropout rate must be in [0, 1), got {rate} (keep_prob "
+                f"{1.0 - rate}); feed a keep_prob in (0, 1]")
+    return xp.asarray(fed_rate).astype(xp.float32, copy=False)
 
 
 def _multinomial(xp, ctx):

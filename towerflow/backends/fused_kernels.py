@@ -13,9 +13,11 @@ from .. import errors
 def _cross_entropy_kernels(xp):
     def sparse(ctx):
         op = ctx.op
+        if xp is not np:
+            return lambda logits, labels: _sparse_unchecked(xp, logits, labels)
 
         def cross_entropy(logits, labels):
-            _check_labels(xp, op, labels, logits.shape[1])
+            _check_labels(op, labels, logits.shape[1])
             rows = xp.arange(labels.shape[0])
             neg_log_probs, probs = _softmax_parts(xp, logits)
             loss = neg_log_probs[rows, labels]
@@ -35,6 +37,22 @@ def _cross_entropy_kernels(xp):
             "SparseSoftmaxCrossEntropyWithLogits": sparse}
 
 
+def _sparse_unchecked(xp, logits, labels):
+    """The GPU form, as TensorFlow's GPU kernel: labels are not checked (that
+    would read them on the host); a row whose label is out of range gets a
+    NaN loss and NaN gradients."""
+    classes = logits.shape[1]
+    valid = (labels >= 0) & (labels < classes)
+    safe_labels = xp.where(valid, labels, 0)
+    rows = xp.arange(labels.shape[0])
+    neg_log_probs, probs = _softmax_parts(xp, logits)
+    picked = neg_log_probs[rows, safe_labels]
+    loss = xp.where(valid, picked, xp.nan).astype(logits.dtype, copy=False)
+    probs[rows, safe_labels] -= 1
+    xp.copyto(probs, xp.nan, where=xp.logical_not(valid)[:, None])
+    return loss, probs
+
+
 def _softmax_parts(xp, logits):
     """(-log softmax, softmax) of [N, K] logits along the last axis,
     with the max subtracted first so exp never overflows."""
@@ -47,15 +65,19 @@ def _softmax_parts(xp, logits):
     return shifted, probs
 
 
-def _check_labels(xp, op, labels, classes):
-    if labels.size == 0 or (int(labels.min()) >= 0 and int(labels.max()) < classes):
+def _check_labels(op, labels, classes):
+    """TensorFlow's CPU check: the smallest label if it is negative, else the
+    largest if it is too big, with every label (NumPy arrays only: the values
+    are read on the host)."""
+    if labels.size == 0:
         return
-    bad = xp.nonzero((labels < 0) | (labels >= classes))[0]
-    first = int(bad[0])
+    low, high = int(labels.min()), int(labels.max())
+    if low >= 0 and high < classes:
+        return
+    values = " ".join(str(value) for value in labels.tolist())
     raise errors.InvalidArgumentError(
-        None, op, f"Received a label value of {int(labels[first])} (at index {first}) "
-        f"which is outside the valid range of [0, {classes}); {len(bad)} of "
-        f"{labels.size} labels are out of range")
+        None, op, f"Received a label value of {low if low < 0 else high} which is outside "
+        f"the valid range of [0, {classes}).  Label values: {values}")
 
 
 # -- fused batch norm ------------------------------------------------------------------
@@ -65,15 +87,17 @@ def _batch_norm_kernels(xp):
     channel = _PerChannel(xp)
 
     def forward(ctx):
-        epsilon, training = ctx.attrs["epsilon"], bool(ctx.attrs["is_training"])
+        epsilon, training = ctx.attrs["epsilon"], ctx.attrs["is_training"]
         y_dtype, stat_dtype = ctx.output_dtypes[0], ctx.output_dtypes[1]
 
-        def batch_norm(x, scale, offset, mean, variance):
+        def batch_norm(x, scale, offset, mean, variance, fed_training=None):
             rows = _rows(x)
-            if training:
+            if fed_training is not None:
+                mean, centered, variance, moving_variance = _fed_moments(
+                    channel, rows, mean, variance, fed_training)
+            elif training:
                 mean, centered, variance = _batch_moments(channel, rows)
-                count = rows.shape[0]
-                moving_variance = variance * (count / max(count - 1, 1))
+                moving_variance = variance * _bessel(rows.shape[0])
             else:
                 centered = channel.apply(xp.subtract, rows, mean.astype(rows.dtype))
                 moving_variance = variance
@@ -86,27 +110,55 @@ def _batch_norm_kernels(xp):
         return batch_norm
 
     def backward(ctx):
-        training = bool(ctx.attrs["is_training"])
-        dtypes = ctx.output_dtypes
+        training, dtypes = ctx.attrs["is_training"], ctx.output_dtypes
 
-        def batch_norm_grad(grad, x, scale, saved_mean, saved_inv_std):
+        def batch_norm_grad(grad, x, scale, saved_mean, saved_inv_std, fed_training=None):
             rows, grad_rows = _rows(x), _rows(grad)
             centered = channel.apply(xp.subtract, rows, saved_mean.astype(rows.dtype))
             doffset = channel.column_sums(grad_rows)
             dscale = channel.column_sums(grad_rows * centered) * saved_inv_std
             gain = scale * saved_inv_std
             dx = channel.apply(xp.multiply, grad_rows, gain)
-            if training:    # the paths through the batch mean and variance
-                count = rows.shape[0]
-                channel.apply(xp.multiply, centered, gain * saved_inv_std * dscale *
-                              (-1.0 / count), out=centered)
+            if training or fed_training is not None:
+                # the paths through the batch mean and variance
+                count = max(rows.shape[0], 1)
+                through_variance = gain * saved_inv_std * dscale * (-1.0 / count)
+                through_mean = gain * doffset * (1.0 / count)
+                if fed_training is not None:
+                    # NOTE: zero in inference, selected per channel on the device
+                    # (the flag is never read on the host); in training the same
+                    # arithmetic as a fixed training mode.
+                    through_variance = xp.where(fed_training, through_variance, 0)
+                    through_mean = xp.where(fed_training, through_mean, 0)
+                channel.apply(xp.multiply, centered, through_variance, out=centered)
                 dx += centered
-                channel.apply(xp.subtract, dx, gain * doffset * (1.0 / count), out=dx)
+                channel.apply(xp.subtract, dx, through_mean, out=dx)
             return tuple(out.astype(dtype, copy=False) for out, dtype in
                          zip((dx.reshape(x.shape), dscale, doffset), dtypes))
         return batch_norm_grad
 
     return {"FusedBatchNorm": forward, "FusedBatchNormGrad": backward}
+
+
+def _bessel(count):
+    """The factor from the biased batch variance to the unbiased one."""
+    return count / max(count - 1, 1)
+
+
+def _fed_moments(channel, rows, mean, variance, training):
+    """(mean, rows - mean, variance, moving variance) for a batch norm whose
+    mode is the bool array ``training``: the batch's in training, the given
+    ``mean``/``variance`` otherwise, selected on the device (never read on the
+    host). In training it is the same arithmetic as :func:`_batch_moments`."""
+    xp, count = channel.xp, rows.shape[0]
+    per_row = 1.0 / count if count else float("nan")     # an empty batch has no mean
+    batch_mean = channel.column_sums(rows) * per_row
+    mean = xp.where(training, batch_mean, mean.astype(rows.dtype))
+    centered = channel.apply(xp.subtract, rows, mean)
+    batch_variance = channel.column_sums(centered * centered) * per_row
+    moving_variance = xp.where(training, batch_variance * _bessel(count), variance)
+    variance = xp.where(training, batch_variance, variance.astype(rows.dtype))
+    return mean, centered, variance, moving_variance
 
 
 def _rows(x):

@@ -7,7 +7,6 @@ the input arrays, so attributes are bound before the hot loop, never looked
 up in it. A kernel returns one array, a tuple (several outputs) or None.
 """
 
-import dataclasses
 import functools
 import itertools
 
@@ -39,21 +38,7 @@ def build_kernels(xp, parallel=SERIAL, fused_updates=None):
     table.update(build_nn_kernels(xp, parallel))
     table.update(build_training_kernels(xp, fused_updates))
     table.update(build_parallel_kernels(xp))
-    for name in ("FusedBatchNorm", "FusedBatchNormGrad"):
-        table[name] = _training_switch(table[name])
     return table
-
-
-def _training_switch(make):
-    """Batch norm whose mode is a bool tensor (attr is_training None, the last
-    input): build both modes once, pick one per run."""
-    def make_switching(ctx):
-        if ctx.attrs["is_training"] is not None:
-            return make(ctx)
-        modes = {flag: make(dataclasses.replace(ctx, attrs={**ctx.attrs, "is_training": flag}))
-                 for flag in (True, False)}
-        return lambda *inputs: modes[bool(inputs[-1])](*inputs[:-1])
-    return make_switching
 
 
 def _fixed(fn):

@@ -26,12 +26,17 @@ def build_parallel_kernels(xp):
 
         def share(x):
             start, end = shard_bounds(x.shape[0], count, index)
-            return dtype.type((end - start) / x.shape[0] if x.shape[0] else 0.0)
+            # NOTE: an array of this device's (made by a fill kernel, so a CUDA
+            # graph can hold it), not a host scalar copied in each step.
+            return xp.full((), (end - start) / x.shape[0] if x.shape[0] else 0.0, dtype)
         return share
 
     def scale_or_zero(t, weight):
-        # NOTE: an empty shard's mean is NaN, and NaN * 0 is NaN: select instead.
-        return t * weight if weight != 0 else xp.zeros_like(t)
+        # NOTE: an empty shard's mean is NaN, and NaN * 0 is NaN: exact zeros
+        # are selected where the weight is 0, on the device (no host read).
+        product = xp.multiply(t, weight, out=xp.empty_like(t))   # an array, even 0-d
+        xp.copyto(product, 0, where=(weight == 0))
+        return product
 
     def pack(*tensors):
         return xp.concatenate([t.reshape(-1) for t in tensors])

@@ -4,13 +4,16 @@
 protocol of :mod:`towerflow.backends.kernels`. The optimizer kernels update a
 variable (and its slots) **in place** in the Session's ``VariableCell``: the
 buffer a read returns is the one the update writes, so a training step
-allocates nothing but one scratch buffer per op, made on the first step::
+allocates nothing but one scratch buffer per op (and, for an update gated by
+loss scaling, copies of the old values), made on the first step::
 
     kernel = table["ApplyGradientDescent"](ctx)
     kernel(learning_rate, grad)        # var -= learning_rate * grad, in place
 """
 
 import math
+
+import numpy as np
 
 from .. import errors
 # NOTE: a module import, not `from .kernels import VariableCell`: kernels.py
@@ -23,30 +26,59 @@ def build_training_kernels(xp, fused_updates=None):
     (the GPU's, see cupy_backend.FusedUpdates) replaces the momentum and Adam
     arithmetic, a chain of ufuncs here, with one elementwise kernel each."""
     return {
-        "ApplyGradientDescent": lambda ctx: _gated(ctx, _gradient_descent_kernel(xp, ctx)),
-        "ApplyMomentum": lambda ctx: _gated(ctx, _momentum_kernel(xp, ctx, fused_updates)),
-        "ApplyAdam": lambda ctx: _gated(ctx, _adam_kernel(xp, ctx, fused_updates)),
+        "ApplyGradientDescent": lambda ctx: _gated(xp, ctx, _gradient_descent_kernel(xp, ctx)),
+        "ApplyMomentum": lambda ctx: _gated(xp, ctx, _momentum_kernel(xp, ctx, fused_updates)),
+        "ApplyAdam": lambda ctx: _gated(xp, ctx, _adam_kernel(xp, ctx, fused_updates)),
         "LearningRateSchedule": lambda ctx: _schedule_kernel(xp, ctx),
     }
 
 
-def _gated(ctx, apply):
+def _gated(xp, ctx, apply):
     """``apply`` for an ungated op; for a gated one (its last input a bool
-    scalar, see training_ops._apply), an update that runs only when the gate
-    is true and otherwise returns the variable's buffer untouched.
+    scalar, see training_ops._apply), an update that changes nothing (the
+    variable and its slots) where the gate is false.
 
-    NOTE: reading the gate waits for it (a device-to-host copy on a GPU)."""
+    The gate is never read on the host (a GPU would wait for it, and a CUDA
+    graph cannot hold the read): the update always runs, on copies kept of
+    the old values, which are then put back where the gate is false."""
     if not ctx.attrs.get("gated"):
         return apply
-    var_cell = ctx.resource(("variable", ctx.attrs["variable"]), _kernels.VariableCell)
+    cell_of = _kernels.VariableCell
+    cells = [ctx.resource(("variable", state_op), cell_of)
+             for state_op in (ctx.attrs["variable"],) + tuple(ctx.attrs["slots"])]
+    kept = ctx.resource(("gate_kept", ctx.op), _Kept)
 
     def gated(*inputs):
-        if bool(inputs[-1]):
-            return apply(*inputs[:-1])
-        if var_cell.value is None:
+        if any(cell.value is None for cell in cells):
             return apply(*inputs[:-1])     # raises the uninitialized-variable error
-        return var_cell.value
+        olds = kept.save(xp, cells)
+        # NOTE: a skipped step's gradients are inf or NaN (loss scaling):
+        # the arithmetic on them is thrown away, so NumPy need not warn.
+        with np.errstate(all="ignore"):
+            result = apply(*inputs[:-1])
+        skip = xp.logical_not(inputs[-1])
+        for cell, old in zip(cells, olds):
+            xp.copyto(cell.value, old, where=skip)
+        return result
     return gated
+
+
+class _Kept:
+    """Copies of a gated update's variable and slots, taken before each step
+    into buffers made once (again only if a variable changes shape)."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self):
+        self.buffers = []
+
+    def save(self, xp, cells):
+        values = [cell.value for cell in cells]
+        if [b.shape for b in self.buffers] != [v.shape for v in values]:
+            self.buffers = [xp.empty_like(value) for value in values]
+        for buffer, value in zip(self.buffers, values):
+            xp.copyto(buffer, value)
+        return self.buffers
 
 
 class Scratch:

@@ -150,8 +150,11 @@ class DataParallel:
 
     def _global_values(self, graph, towers):
         """The global loss and metrics: each tower's mean weighted by its share,
-        summed over towers (and over ranks)."""
-        with graph.device("/cpu:0"), graph.name_scope("global"):
+        summed over towers (and over ranks), on the first tower's device (so a
+        GPU step fetching them stays on the GPUs, one CUDA graph); /cpu:0 for
+        MPI, which sums host arrays."""
+        device = "/cpu:0" if self.num_ranks > 1 else self.devices[0]
+        with graph.device(device), graph.name_scope("global"):
             names = ["loss"] + sorted(towers[0].metrics)
             values = {name: math_ops.add_n(
                 [sharding.scale_or_zero(t.loss if name == "loss" else t.metrics[name],

@@ -42,8 +42,10 @@ class Cifar10Recipe:
     def optimizer(self, global_step, steps_per_epoch, epochs):
         total = steps_per_epoch * epochs
         warmup = max(1, total // 5)
-        rate = tf.train.linear_warmup(_linear_decay(0.2, global_step, total), global_step,
-                                      warmup)
+        # A linear decay to zero over the run, ramped up over its first fifth.
+        decay = tf.train.polynomial_decay(0.2, global_step, max(total, 1),
+                                          end_learning_rate=0.0, power=1.0)
+        rate = tf.train.linear_warmup(decay, global_step, warmup)
         return tf.train.MomentumOptimizer(rate, 0.9, use_nesterov=True, weight_decay=5e-4)
 
 
@@ -58,11 +60,6 @@ def _block(x, width, training):
     y = _conv_bn(x, width, training)
     y = tf.layers.max_pooling2d(y, 2, 2)
     return y + _conv_bn(y, width, training)
-
-
-def _linear_decay(peak, global_step, total):
-    return tf.train.learning_rate_schedule(
-        lambda step: peak * max(0.0, 1.0 - step / max(total, 1)), global_step)
 
 
 RECIPE = Cifar10Recipe()

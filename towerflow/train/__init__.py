@@ -14,8 +14,9 @@ from .training_util import (create_global_step, get_global_step, get_or_create_g
 from .optimizer import Optimizer
 from .optimizers import (AdamOptimizer, AdamWOptimizer, GradientDescentOptimizer,
                          MomentumOptimizer)
-from .schedules import (cosine_decay, exponential_decay, learning_rate_schedule,
-                        linear_warmup, one_cycle, piecewise_constant)
+from .schedules import (cosine_decay, exponential_decay, inverse_time_decay,
+                        learning_rate_schedule, linear_warmup, natural_exp_decay, one_cycle,
+                        piecewise_constant, polynomial_decay)
 from .checkpoint_format import (get_checkpoint_state, latest_checkpoint, list_variables,
                                 load_variable)
 from .saver import Saver
@@ -23,6 +24,7 @@ from .saver import Saver
 __all__ = ["AdamOptimizer", "AdamWOptimizer", "GradientDescentOptimizer",
            "MomentumOptimizer", "Optimizer", "cosine_decay", "create_global_step",
            "exponential_decay", "get_global_step", "get_or_create_global_step",
-           "global_step", "learning_rate_schedule", "linear_warmup", "one_cycle",
-           "piecewise_constant", "Saver", "get_checkpoint_state",
-           "latest_checkpoint", "list_variables", "load_variable"]
+           "global_step", "inverse_time_decay", "learning_rate_schedule", "linear_warmup",
+           "natural_exp_decay", "one_cycle", "piecewise_constant", "polynomial_decay",
+           "Saver", "get_checkpoint_state", "latest_checkpoint", "list_variables",
+           "load_variable"]

@@ -1,22 +1,23 @@
 """Learning-rate schedules: scalar float32 tensors that follow the global step.
 
-Each schedule is a pure Python function ``step -> learning rate`` held by one
-``LearningRateSchedule`` op, whose kernel calls it on the step's value: one
-op per training step, whatever the formula, and every formula is plain
-Python that can be read and tested on its own::
+Each schedule is a few ordinary graph ops over the step, cast to float32 as
+TensorFlow 1.15 does (``Cast``, ``Mul``, ``Cos``, ``Minimum``, ``Select``...),
+so it runs where the step lives: on a GPU, inside the step's CUDA graph, with
+no value read back to the host::
 
     step = tf.train.get_or_create_global_step()
     lr = tf.train.linear_warmup(tf.train.cosine_decay(0.1, step, 10000), step, 500)
     train_op = tf.train.MomentumOptimizer(lr, 0.9).minimize(loss, global_step=step)
 
-Schedules that scale a learning rate (``exponential_decay``, ``cosine_decay``,
-``linear_warmup``) accept a float, another schedule of the same step (the two
-functions are composed into one op) or any scalar tensor (multiplied).
+Schedules that scale a learning rate accept a float, another schedule of the
+same step, or any scalar tensor (multiplied). ``learning_rate_schedule(fn,
+step)`` still takes any Python function of the step; it is evaluated on the
+host each step (so a GPU plan that uses it is not captured as a CUDA graph).
 """
 
-import bisect
-import functools
 import math
+
+import numpy as np
 
 from .. import dtypes
 from ..graph import core
@@ -26,6 +27,8 @@ from ..ops import constant_ops, math_ops
 def learning_rate_schedule(schedule, global_step, name=None):
     """A float32 scalar tensor worth ``schedule(step)`` each time it runs, where
     ``step`` is the value of ``global_step`` (a scalar integer or float tensor).
+    NOTE: ``schedule`` runs in Python on the step's value, read back from its
+    device every step; the built-in schedules below are graph ops instead.
 
     Example: ``lr = tf.train.learning_rate_schedule(lambda s: 0.1 / (1 + s), step)``.
     """
@@ -37,29 +40,42 @@ def learning_rate_schedule(schedule, global_step, name=None):
                                name=name or "LearningRateSchedule").outputs[0]
 
 
-def _scaled(learning_rate, global_step, factor, name):
-    """``learning_rate * factor(step)`` as one schedule op where possible."""
+# -- building blocks -----------------------------------------------------------------
+
+
+def _step_tensor(global_step, schedule_name):
+    """``global_step`` as a scalar tensor; TF 1.15's error when it is None."""
+    if global_step is None:
+        raise ValueError(f"global_step is required for {schedule_name}.")
     step = constant_ops.convert_to_tensor(global_step)
-    if not isinstance(learning_rate, core.Tensor) and \
-            not hasattr(learning_rate, "_as_graph_element"):
-        base = functools.partial(_constant, float(learning_rate))
-        return learning_rate_schedule(functools.partial(_product, base, factor), step, name)
-    learning_rate = constant_ops.convert_to_tensor(learning_rate)
-    if learning_rate.dtype is not dtypes.float32:
-        learning_rate = math_ops.cast(learning_rate, dtypes.float32)
-    base_op = learning_rate.op
-    if base_op.type == "LearningRateSchedule" and base_op.inputs[0] is step:
-        composed = functools.partial(_product, base_op.attrs["schedule"], factor)
-        return learning_rate_schedule(composed, step, name)
-    return math_ops.multiply(learning_rate, learning_rate_schedule(factor, step), name=name)
+    if not (step.dtype.is_integer or step.dtype.is_floating) or \
+            step.shape.ndims not in (0, None):
+        raise TypeError(f"a learning-rate schedule needs a scalar integer or float step; "
+                        f"got {step.dtype.name} {step.shape}")
+    return step
 
 
-def _constant(value, step):
-    return value
+def _as_float32(tensor):
+    return math_ops.cast_if_needed(tensor, dtypes.float32)
 
 
-def _product(base, factor, step):
-    return base(step) * factor(step)
+def _float32_rate(learning_rate):
+    """A float learning rate as a float32 constant; a tensor (a schedule, a
+    placeholder) as float32."""
+    if isinstance(learning_rate, core.Tensor) or hasattr(learning_rate, "_as_graph_element"):
+        return _as_float32(constant_ops.convert_to_tensor(learning_rate))
+    return constant_ops.constant(float(learning_rate), dtypes.float32,
+                                 name="initial_learning_rate")
+
+
+def _scaled(schedule, learning_rate, global_step, factor, name, combine=math_ops.multiply):
+    """``combine(learning_rate, factor(step))`` (a product by default), where
+    ``factor`` builds its ops on the float32 step; all of it in name scope
+    ``name``, the result named ``name``. ``schedule``: the public function."""
+    step = _step_tensor(global_step, schedule)
+    with step.graph.as_default(), step.graph.name_scope(name) as scope:
+        rate = _float32_rate(learning_rate)
+        return combine(rate, factor(_as_float32(step)), name=scope)
 
 
 def _positive(value, what):
@@ -68,12 +84,18 @@ def _positive(value, what):
     return value
 
 
-# -- the schedules, and their pure step -> value functions --------------------------
+def _cosine_anneal(start, end, progress):
+    """From ``start`` (progress 0) to ``end`` (progress 1) along half a cosine."""
+    return end + (start - end) * 0.5 * (1.0 + math_ops.cos(math.pi * progress))
+
+
+# -- the schedules -------------------------------------------------------------------
 
 
 def piecewise_constant(x, boundaries, values, name=None):
     """``values[0]`` while ``x <= boundaries[0]``, ``values[i]`` while
-    ``boundaries[i-1] < x <= boundaries[i]``, ``values[-1]`` after the last one.
+    ``boundaries[i-1] < x <= boundaries[i]``, ``values[-1]`` after the last one
+    (a float32 tensor; one ``Select`` per boundary).
 
     Example: ``piecewise_constant(step, [1000, 2000], [0.1, 0.01, 0.001])``.
     """
@@ -83,12 +105,31 @@ def piecewise_constant(x, boundaries, values, name=None):
                          f"{len(boundaries)} boundaries and {len(values)} values")
     if boundaries != sorted(boundaries):
         raise ValueError(f"piecewise_constant boundaries must increase, got {boundaries}")
-    fn = functools.partial(piecewise_constant_value, boundaries, values)
-    return learning_rate_schedule(fn, x, name or "PiecewiseConstant")
+    step = _step_tensor(x, "piecewise_constant")
+    with step.graph.as_default(), step.graph.name_scope(name or "PiecewiseConstant") as scope:
+        step, as_boundary = _comparable(step, boundaries)
+        names = [None] * len(boundaries) + [scope]      # the last op is the schedule
+        value = constant_ops.constant(values[0], dtypes.float32, name=names[0] or "Const")
+        for index, (boundary, after) in enumerate(zip(boundaries, values[1:]), start=1):
+            past = math_ops.greater(step, as_boundary(boundary))
+            value = math_ops.where(past, constant_ops.constant(after, dtypes.float32), value,
+                                   name=names[index])
+        return value
 
 
-def piecewise_constant_value(boundaries, values, step):
-    return values[bisect.bisect_left(boundaries, step)]
+def _comparable(step, boundaries):
+    """(step, boundary -> constant) that compare exactly, as Python numbers do:
+    in the step's own integer dtype when every boundary is a whole number,
+    else both in float64."""
+    if step.dtype.is_integer and all(_whole_number_in(b, step.dtype) for b in boundaries):
+        return step, lambda boundary: constant_ops.constant(int(boundary), step.dtype)
+    return (math_ops.cast_if_needed(step, dtypes.float64),
+            lambda boundary: constant_ops.constant(float(boundary), dtypes.float64))
+
+
+def _whole_number_in(value, dtype):
+    limits = np.iinfo(dtype.as_numpy_dtype)
+    return float(value).is_integer() and limits.min <= value <= limits.max
 
 
 def exponential_decay(learning_rate, global_step, decay_steps, decay_rate,
@@ -98,14 +139,74 @@ def exponential_decay(learning_rate, global_step, decay_steps, decay_rate,
 
     Example: ``exponential_decay(0.1, step, decay_steps=1000, decay_rate=0.96)``.
     """
-    factor = functools.partial(exponential_decay_factor, _positive(decay_steps, "decay_steps"),
-                               float(decay_rate), bool(staircase))
-    return _scaled(learning_rate, global_step, factor, name or "ExponentialDecay")
+    decay_steps, decay_rate = _positive(decay_steps, "decay_steps"), float(decay_rate)
+
+    def factor(step):
+        return math_ops.pow(decay_rate, _progress(step, decay_steps, staircase))
+    return _scaled("exponential_decay", learning_rate, global_step, factor,
+                   name or "ExponentialDecay")
 
 
-def exponential_decay_factor(decay_steps, decay_rate, staircase, step):
-    exponent = step / decay_steps
-    return decay_rate ** (math.floor(exponent) if staircase else exponent)
+def natural_exp_decay(learning_rate, global_step, decay_steps, decay_rate,
+                      staircase=False, name=None):
+    """``learning_rate * exp(-decay_rate * step / decay_steps)`` (with ``staircase``,
+    ``step / decay_steps`` floored), built as TF 1.15 builds it:
+    ``exp(-decay_rate) ** (step / decay_steps)``.
+
+    Example: ``natural_exp_decay(0.1, step, decay_steps=5, decay_rate=0.5)``.
+    """
+    decay_steps, decay_rate = _positive(decay_steps, "decay_steps"), float(decay_rate)
+
+    def factor(step):
+        natural_rate = math_ops.exp(constant_ops.constant(-decay_rate, dtypes.float32))
+        return math_ops.pow(natural_rate, _progress(step, decay_steps, staircase))
+    return _scaled("natural_exp_decay", learning_rate, global_step, factor,
+                   name or "NaturalExpDecay")
+
+
+def inverse_time_decay(learning_rate, global_step, decay_steps, decay_rate,
+                       staircase=False, name=None):
+    """``learning_rate / (1 + decay_rate * step / decay_steps)`` (with ``staircase``,
+    ``step / decay_steps`` floored).
+
+    Example: ``inverse_time_decay(0.1, step, decay_steps=1, decay_rate=0.5)``.
+    """
+    decay_steps, decay_rate = _positive(decay_steps, "decay_steps"), float(decay_rate)
+
+    def denominator(step):
+        return 1.0 + decay_rate * _progress(step, decay_steps, staircase)
+    return _scaled("inverse_time_decay", learning_rate, global_step, denominator,
+                   name or "InverseTimeDecay", combine=math_ops.divide)
+
+
+def _progress(step, decay_steps, staircase):
+    progress = step / float(decay_steps)
+    return math_ops.floor(progress) if staircase else progress
+
+
+def polynomial_decay(learning_rate, global_step, decay_steps, end_learning_rate=0.0001,
+                     power=1.0, cycle=False, name=None):
+    """``(learning_rate - end_learning_rate) * (1 - s / decay_steps) ** power
+    + end_learning_rate`` with ``s = min(step, decay_steps)``; with ``cycle``,
+    ``s = step`` and ``decay_steps`` becomes its first multiple at or above the
+    step. ``power=1, end_learning_rate=0`` is a linear decay to zero.
+
+    Example: ``polynomial_decay(0.1, step, 10000, end_learning_rate=0.01, power=0.5)``.
+    """
+    decay_steps = float(_positive(decay_steps, "decay_steps"))
+    step = _step_tensor(global_step, "polynomial_decay")
+    with step.graph.as_default(), step.graph.name_scope(name or "PolynomialDecay") as scope:
+        rate = _float32_rate(learning_rate)
+        end_rate = constant_ops.constant(float(end_learning_rate), dtypes.float32)
+        step = _as_float32(step)
+        if cycle:   # the first multiple of decay_steps >= step (1 at step 0)
+            multiplier = math_ops.where(math_ops.equal(step, 0.0), 1.0,
+                                        math_ops.ceil(step / decay_steps))
+            span = multiplier * decay_steps
+        else:
+            step, span = math_ops.minimum(step, decay_steps), decay_steps
+        remaining = math_ops.pow(1.0 - step / span, float(power))
+        return math_ops.add((rate - end_rate) * remaining, end_rate, name=scope)
 
 
 def cosine_decay(learning_rate, global_step, decay_steps, alpha=0.0, name=None):
@@ -115,14 +216,13 @@ def cosine_decay(learning_rate, global_step, decay_steps, alpha=0.0, name=None):
 
     Example: ``cosine_decay(0.1, step, decay_steps=10000, alpha=0.01)``.
     """
-    factor = functools.partial(cosine_decay_factor, _positive(decay_steps, "decay_steps"),
-                               float(alpha))
-    return _scaled(learning_rate, global_step, factor, name or "CosineDecay")
+    decay_steps, alpha = float(_positive(decay_steps, "decay_steps")), float(alpha)
 
-
-def cosine_decay_factor(decay_steps, alpha, step):
-    progress = min(step, decay_steps) / decay_steps
-    return (1 - alpha) * 0.5 * (1 + math.cos(math.pi * progress)) + alpha
+    def factor(step):
+        completed = math_ops.minimum(step, decay_steps) / decay_steps
+        cosine = 0.5 * (1.0 + math_ops.cos(math.pi * completed))
+        return (1.0 - alpha) * cosine + alpha
+    return _scaled("cosine_decay", learning_rate, global_step, factor, name or "CosineDecay")
 
 
 def linear_warmup(learning_rate, global_step, warmup_steps, name=None):
@@ -131,12 +231,12 @@ def linear_warmup(learning_rate, global_step, warmup_steps, name=None):
 
     Example: ``linear_warmup(cosine_decay(0.1, step, 10000), step, warmup_steps=500)``.
     """
-    factor = functools.partial(linear_warmup_factor, _positive(warmup_steps, "warmup_steps"))
-    return _scaled(learning_rate, global_step, factor, name or "LinearWarmup")
+    warmup_steps = float(_positive(warmup_steps, "warmup_steps"))
 
-
-def linear_warmup_factor(warmup_steps, step):
-    return min(1.0, (step + 1) / warmup_steps)
+    def factor(step):
+        return math_ops.minimum(1.0, (step + 1.0) / warmup_steps)
+    return _scaled("linear_warmup", learning_rate, global_step, factor,
+                   name or "LinearWarmup")
 
 
 def one_cycle(max_learning_rate, global_step, total_steps, pct_start=0.3, div_factor=25.0,
@@ -151,24 +251,16 @@ def one_cycle(max_learning_rate, global_step, total_steps, pct_start=0.3, div_fa
     """
     if not 0 <= pct_start < 1:
         raise ValueError(f"pct_start must be in [0, 1), got {pct_start!r}")
-    fn = functools.partial(one_cycle_value, float(max_learning_rate),
-                           _positive(total_steps, "total_steps"), float(pct_start),
-                           float(div_factor), float(final_div_factor))
-    return learning_rate_schedule(fn, global_step, name or "OneCycle")
-
-
-def one_cycle_value(max_learning_rate, total_steps, pct_start, div_factor,
-                    final_div_factor, step):
-    initial = max_learning_rate / div_factor
-    final = initial / final_div_factor
-    peak_step = pct_start * total_steps - 1
-    if step <= peak_step:
-        progress = step / peak_step if peak_step > 0 else 1.0
-        return _cosine_anneal(initial, max_learning_rate, progress)
-    progress = (step - peak_step) / (total_steps - 1 - peak_step)
-    return _cosine_anneal(max_learning_rate, final, min(1.0, progress))
-
-
-def _cosine_anneal(start, end, progress):
-    """From ``start`` (progress 0) to ``end`` (progress 1) along half a cosine."""
-    return end + (start - end) * 0.5 * (1 + math.cos(math.pi * progress))
+    total_steps = _positive(total_steps, "total_steps")
+    peak = float(max_learning_rate)
+    initial = peak / float(div_factor)
+    final = initial / float(final_div_factor)
+    peak_step = float(pct_start) * total_steps - 1
+    step = _step_tensor(global_step, "one_cycle")
+    with step.graph.as_default(), step.graph.name_scope(name or "OneCycle") as scope:
+        step = _as_float32(step)
+        rising = _cosine_anneal(initial, peak, step / peak_step) if peak_step > 0 else \
+            constant_ops.constant(peak, dtypes.float32)
+        falling_progress = (step - peak_step) / (total_steps - 1 - peak_step)
+        falling = _cosine_anneal(peak, final, math_ops.minimum(1.0, falling_progress))
+        return math_ops.where(step <= peak_step, rising, falling, name=scope)
