@@ -195,13 +195,51 @@ def test_dropout_draws_a_new_mask_in_every_replay(real_gpu):
     assert all(not np.array_equal(masks[0], mask) for mask in masks[1:])
 
 
-def test_a_step_that_reads_on_the_host_falls_back_and_says_so(real_gpu, capsys):
+def test_the_cifar10_recipes_step_is_captured_whole_and_matches_op_by_op(real_gpu, capsys):
+    """Towers on two logical GPUs, all-reduce, update, schedule and fed batch-norm
+    flag: one CUDA graph, no fallback, the same losses as running op by op."""
+    from test_plan_capture import captured_step_plan, run_cifar10_recipe
+    sess, captured, _ = run_cifar10_recipe(
+        lambda: tf.Session(config=tf.ConfigProto(cuda_graphs=True)))
+    assert "CUDA graphs: not capturing" not in capsys.readouterr().err
+    plan = captured_step_plan(sess)
+    assert plan.captured == 1
+    runtime.reset()
+    _, plain, _ = run_cifar10_recipe(
+        lambda: tf.Session(config=tf.ConfigProto(cuda_graphs=False)))
+    np.testing.assert_array_equal(captured, plain)      # the same kernels, in order
+    assert len(set(captured.tolist())) == len(captured)      # each replay saw its batch
+
+
+def test_a_fed_dropout_rate_is_captured_without_a_host_read(real_gpu, capsys):
     with tf.device("/gpu:0"):
         rate = tf.placeholder(tf.float32, [])
         y = tf.reduce_sum(tf.nn.dropout(tf.ones([1000]), rate=rate, seed=1))
     sess = tf.Session()
     sums = [sess.run(y, {rate: 0.0}) for _ in range(3)]
     assert sums == [1000.0] * 3
+    assert "CUDA graphs: not capturing" not in capsys.readouterr().err
+    assert len(captured_plans(sess)) == 1
+
+
+def test_a_step_that_reads_on_the_host_falls_back_and_says_so(real_gpu, capsys, monkeypatch):
+    build = real_gpu.build_gpu_kernels
+
+    def with_a_host_read():
+        table = build()
+        negative = table["Neg"]
+
+        def make(ctx):
+            kernel = negative(ctx)
+            return lambda x: kernel(x) if bool((x == x).all()) else x   # reads the host
+        return {**table, "Neg": make}
+    monkeypatch.setattr(real_gpu, "build_gpu_kernels", with_a_host_read)
+    with tf.device("/gpu:0"):
+        x = tf.placeholder(tf.float32, [4])
+        y = tf.reduce_sum(-x)
+    sess = tf.Session()
+    sums = [sess.run(y, {x: np.ones(4, np.float32)}) for _ in range(3)]
+    assert sums == [-4.0] * 3
     assert "capture failed" in capsys.readouterr().err
     assert captured_plans(sess) == []
 

@@ -291,12 +291,10 @@ def test_variable_cells_are_what_a_session_keeps(fake_capturing_gpu):
     assert len(cells) == 1 and isinstance(cells[0], kernels.VariableCell)
 
 
-def test_the_cifar10_recipes_training_step_is_captured_whole(fake_capturing_gpu, capsys):
-    """Towers on two logical GPUs, the all-reduce, the update and the recipe's
-    schedule, as `towerflow train cifar10` builds and runs them (small images),
-    on the GPU's code paths with every host read trapped."""
-    registry.register_kernels("GPU", TRAP_KERNELS)
-    backends.register_backend("GPU", TrapCapturingGpu)
+def run_cifar10_recipe(make_session, epochs=2):
+    """Towers on two logical GPUs of GPU 0, the all-reduce, the update and the
+    recipe's schedule, as `towerflow train cifar10` builds and runs them (small
+    images): (session, losses, model)."""
     gpu = tf.config.list_physical_devices("GPU")[0]
     tf.config.set_logical_device_configuration(
         gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=256)] * 2)
@@ -307,17 +305,33 @@ def test_the_cifar10_recipes_training_step_is_captured_whole(fake_capturing_gpu,
     recipe = cifar10.RECIPE
     pipeline = data.Pipeline(*train, batch_size=8, seed=0, **recipe.pipeline_options(train))
     graph = tf.Graph()
+    losses = []
     with graph.as_default():
         model = training._build(recipe, splits, ["/gpu:0", "/gpu:1"], "auto", 0, pipeline,
-                                epochs=2)
+                                epochs=epochs)
         fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
-        sess = session()
+        sess = make_session()
         sess.run(tf.global_variables_initializer())
-        for images, labels in itertools.chain(pipeline.epoch(), pipeline.epoch()):
+        batches = itertools.chain(*(pipeline.epoch() for _ in range(epochs)))
+        for images, labels in batches:
             feed = {model.images: images, model.labels: labels, model.training: True}
-            sess.run(fetches, feed)
-        (plan, _), = [entry for entry in sess._plans.values()
-                      if getattr(entry[0], "captured", 0)]       # the training step's
+            losses.append(sess.run(fetches, feed)[1])
+    return sess, np.array(losses), model
+
+
+def captured_step_plan(sess):
+    (plan, _), = [entry for entry in sess._plans.values()
+                  if getattr(entry[0], "captured", 0)]       # the training step's
+    return plan
+
+
+def test_the_cifar10_recipes_training_step_is_captured_whole(fake_capturing_gpu, capsys):
+    """The recipe's step on the GPU's code paths with every host read trapped."""
+    registry.register_kernels("GPU", TRAP_KERNELS)
+    backends.register_backend("GPU", TrapCapturingGpu)
+    sess, _, model = run_cifar10_recipe(session)
+    with sess.graph.as_default():
+        plan = captured_step_plan(sess)
         assert plan_capture.static_reason(plan._plan, plan._runtimes) is None
         assert (FakeCapturingGpu.captures, FakeCapturingGpu.replays) == (1, 5)
         assert sess.run(model.global_step) == 6

@@ -154,7 +154,12 @@ def full_like(a, fill_value, dtype=None, order="K", subok=None, shape=None):
 
 
 def arange(start, stop=None, step=1, dtype=None):
-    return _from_host(np.arange(start, stop, step, dtype=dtype))
+    """Computed on the device, as CuPy's (no copy from the host)."""
+    values = np.arange(start, stop, step, dtype=dtype)
+    out = arrays.ndarray(values.shape, values.dtype)
+    arrays.submit(arrays.Work("arange", lambda: arrays._assign(out._view, values),
+                              writes=(out.data.block,)))
+    return out
 
 
 def copyto(dst, src, casting="same_kind", where=True):
