@@ -211,6 +211,54 @@ def test_the_cifar10_recipes_step_is_captured_whole_and_matches_op_by_op(real_gp
     assert len(set(captured.tolist())) == len(captured)      # each replay saw its batch
 
 
+def test_a_scheduled_loss_scaled_step_with_towers_is_captured_whole(real_gpu, capsys):
+    """Loss scaling's gate, a staircase schedule, a fed dropout rate and two
+    towers (the second's shard weight selected on the device): one graph; a
+    step with an infinite input is skipped in the replay as op by op."""
+    from test_parallel import FEATURES, batches
+    split_gpu(2)
+    fed = batches(8, steps=5)
+    fed[2][0][0, 0] = np.inf                                 # a step the gate skips
+
+    def losses(config):
+        tf.reset_default_graph()
+        x = tf.placeholder(tf.float32, [None, FEATURES])
+        labels = tf.placeholder(tf.int64, [None])
+        with tf.device("/gpu:0"):
+            step = tf.train.get_or_create_global_step()
+            rate = tf.train.exponential_decay(0.1, step, 2, 0.5, staircase=True)
+            drop = tf.placeholder(tf.float32, [])
+        optimizer = tf.mixed_precision.LossScaleOptimizer(
+            tf.train.MomentumOptimizer(rate, 0.9))
+        parallel = tf.parallel.DataParallel(["/gpu:0", "/gpu:1"], all_reduce="local")
+        train = parallel.minimize(lambda inputs: dropout_mlp(inputs, drop), (x, labels),
+                                  optimizer, global_step=step)
+        sess = tf.Session(config=config)
+        sess.run(tf.global_variables_initializer())
+        got = [sess.run([train.train_op, train.loss], {x: a, labels: b, drop: 0.25})[1]
+               for a, b in fed]
+        return np.array(got), sess.run(train.variables), sess
+    replayed, replayed_values, sess = losses(tf.ConfigProto(cuda_graphs=True))
+    assert "CUDA graphs: not capturing" not in capsys.readouterr().err
+    assert len(captured_plans(sess)) == 1 and not np.isfinite(replayed[2])
+    runtime.reset()
+    split_gpu(2)
+    plain, plain_values, _ = losses(tf.ConfigProto(cuda_graphs=False))
+    np.testing.assert_array_equal(replayed, plain)
+    for got, expected in zip(replayed_values, plain_values):
+        np.testing.assert_array_equal(got, expected)
+
+
+def dropout_mlp(inputs, drop_rate):
+    x, labels = inputs
+    init = tf.glorot_uniform_initializer
+    hidden = tf.layers.dense(x, 8, activation=tf.nn.relu, kernel_initializer=init(seed=1))
+    hidden = tf.nn.dropout(hidden, rate=drop_rate, seed=3)
+    logits = tf.layers.dense(hidden, 3, kernel_initializer=init(seed=2))
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits))
+
+
 def test_a_fed_dropout_rate_is_captured_without_a_host_read(real_gpu, capsys):
     with tf.device("/gpu:0"):
         rate = tf.placeholder(tf.float32, [])

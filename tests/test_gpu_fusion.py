@@ -136,6 +136,43 @@ def test_training_on_the_gpu_kernels_matches_the_cpu(reference_gpu, monkeypatch,
     assert ("_FusedBatchNormRelu" in types) == fused
 
 
+def train_cifar_from(device, batch, initial=None, steps=2, seed=0):
+    """train_cifar from ``initial`` variable values (None: its own initializers;
+    a GPU's random draws differ from NumPy's); also returns the start values."""
+    from gpu_peers import build_training_step
+    graph, x, labels, loss, train_op, _, init = build_training_step(batch, "float32", device)
+    rng = np.random.default_rng(seed)
+    with graph.as_default():
+        sess = tf.Session(graph=graph)
+        sess.run(init)
+        variables = tf.global_variables()
+        if initial is None:
+            initial = sess.run(variables)
+        else:
+            sess.run([tf.assign(var, value) for var, value in zip(variables, initial)])
+        losses = [sess.run([train_op, loss], {
+            x: rng.standard_normal((batch, 32, 32, 3)).astype(np.float32),
+            labels: rng.integers(0, 10, batch)})[1] for _ in range(steps)]
+        return np.array(losses), sess.run(variables), sess, initial
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_training_on_the_gpu_backend_matches_the_cpu(gpu_backend, monkeypatch, fused):
+    """The real GPU backend (on the simulated GPU without one: its RawKernels
+    run by their references, its ElementwiseKernels by their C code) trains
+    the recipe's network from the same start as the CPU does, up to float32
+    reordering."""
+    monkeypatch.setenv("TOWERFLOW_FUSION", "1" if fused else "0")
+    monkeypatch.setenv("TOWERFLOW_WINOGRAD", "0")
+    cpu_losses, cpu_values, _, start = train_cifar_from("/cpu:0", 3)
+    gpu_losses, gpu_values, sess, _ = train_cifar_from("/gpu:0", 3, start)
+    np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-5)
+    assert relative_difference(gpu_values, cpu_values) <= 1e-5
+    plans = [getattr(plan_, "_plan", plan_) for plan_, _ in sess._plans.values()]
+    types = {unit.type for plan_ in plans for unit in plan_.units}
+    assert ("_FusedBatchNormRelu" in types) == fused
+
+
 # -- TF32 --------------------------------------------------------------------------------
 
 
