@@ -16,6 +16,22 @@ def split_gpu(count, memory_limit=1024):
         gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count)
 
 
+# -- fault 1: a GPU value copied to the CPU with np.array (CuPy refuses it) ----------------
+
+
+def test_a_gpu_value_used_on_the_cpu_comes_through_the_gpu_runtime(gpu_backend):
+    with tf.device("/gpu:0"):
+        doubled = tf.constant(np.arange(4, dtype=np.float32)) * 2.0
+    with tf.device("/cpu:0"):
+        total = tf.reduce_sum(doubled) + 1.0        # as DataParallel sums a loss on /cpu:0
+    assert tf.Session().run(total) == 13.0
+
+
+# -- fault 3 (a per-step host read of the labels) and 7 (host reads per op): see
+# test_gpu_backend.py's captured CNN, cifar10 recipe and loss-scaled steps; fault 8
+# (NCCL across processes): test_mpi_nccl.py.
+
+
 # -- fault 2: events of a copy between GPUs made on the wrong device ---------------------
 
 
