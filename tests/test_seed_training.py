@@ -73,11 +73,7 @@ def test_p8_lower_temperature_sharpens_and_sampling_follows():
 
 
 @needs_mnist
-def test_p6_on_the_gpu_reaches_090_like_the_cpu():
-    pytest.importorskip("cupy", reason="the GPU variant needs CuPy")
-    from towerflow.device import physical
-    if not physical.probe_gpus()[0]:
-        pytest.skip(f"needs a GPU: {physical.probe_gpus()[1]}")
+def test_p6_on_the_gpu_reaches_090_like_the_cpu(gpu_backend):
     mnist = input_data.read_data_sets(str(MNIST_SMALL), one_hot=True, seed=0)
     start = time.perf_counter()
     accuracy = p6_softmax_regression(mnist, device="/gpu:0")
