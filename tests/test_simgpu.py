@@ -2,6 +2,8 @@
 breaks one rule the way a GPU backend could, and expects the error a real
 GPU would give (or the error standing in for its undefined behaviour)."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -171,17 +173,24 @@ def test_capture_refuses_what_cuda_refuses(cp, forbidden):
                     x * 2
 
 
-def test_a_graph_pool_serves_allocations_during_capture(cp):
-    stream = cp.cuda.Stream(non_blocking=True)
-    graph_pool = cp.cuda.MemoryPool()
-    x = cp.arange(3.0)
+def doubling_graph(cp, size):
+    """x * 2 captured from a pool of its own: its stream, graph, input x,
+    output and pool."""
+    stream, pool = cp.cuda.Stream(non_blocking=True), cp.cuda.MemoryPool()
+    x = cp.arange(float(size))
     cp.cuda.get_current_stream().synchronize()
-    with stream, cp.cuda.using_allocator(graph_pool.malloc):
+    with stream, cp.cuda.using_allocator(pool.malloc):
         stream.begin_capture()
-        y = x * 2
+        doubled = x * 2
         graph = stream.end_capture()
-    graph.launch(stream)
-    np.testing.assert_array_equal(y.get(stream=stream), [0.0, 2.0, 4.0])
+    return types.SimpleNamespace(stream=stream, graph=graph, x=x, doubled=doubled, pool=pool)
+
+
+def test_a_graph_pool_serves_allocations_during_capture(cp):
+    captured = doubling_graph(cp, 3)
+    captured.graph.launch(captured.stream)
+    np.testing.assert_array_equal(captured.doubled.get(stream=captured.stream),
+                                  [0.0, 2.0, 4.0])
 
 
 def test_a_random_generator_draws_anew_in_every_replay(cp):
@@ -267,20 +276,21 @@ def test_a_stream_is_used_only_inside_its_devices_context(cp):
 
 
 def test_memory_a_graph_replays_may_not_be_handed_out_again(cp):
-    stream = cp.cuda.Stream(non_blocking=True)
-    graph_pool = cp.cuda.MemoryPool()
-    x = cp.arange(4.0)
-    cp.cuda.get_current_stream().synchronize()
-    with stream, cp.cuda.using_allocator(graph_pool.malloc):
-        stream.begin_capture()
-        doubled = x * 2
-        graph = stream.end_capture()
-        graph.launch(stream)
-        del doubled                      # its block goes back to the graph's pool
+    captured = doubling_graph(cp, 4)
+    captured.graph.launch(captured.stream)
+    del captured.doubled                 # its block goes back to the graph's pool
+    with captured.stream, cp.cuda.using_allocator(captured.pool.malloc):
         other = cp.zeros(4)              # ... and is handed out again
-        with pytest.raises(simgpu.RaceError, match="handed out again"):
-            graph.launch(stream)
-        del other
+    with pytest.raises(simgpu.RaceError, match="handed out again"):
+        captured.graph.launch(captured.stream)
+    del other
+
+
+def test_memory_a_graph_replays_may_not_be_freed(cp):
+    captured = doubling_graph(cp, 4)
+    del captured.x                       # the graph's input, from outside its pool
+    with pytest.raises(simgpu.RaceError, match="freed since the capture"):
+        captured.graph.launch(captured.stream)
 
 
 def test_capture_refuses_sizes_read_on_the_host(cp):
