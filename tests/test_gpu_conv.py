@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from test_gpu_backend import real_gpu  # noqa: F401  (the fixture)
 
+import towerflow as tf
 from towerflow.backends import KernelContext, cupy_conv, kernel_specs, kernels
 from towerflow.backends import gpu_batch_norm_specs as bn_specs
 from towerflow.backends import gpu_conv_specs as conv_specs
@@ -430,3 +431,24 @@ def test_cuda_batch_norm_kernels_match_their_references(cupy_launcher, rng, shap
     bounds = bn_grad_bounds(grad * (reference[0] > 0), x, scale, reference[3], reference[4])
     assert np.all(np.abs(cupy.asnumpy(ours[0]) - expected[0]).reshape(bounds[0].shape)
                   <= bounds[0])
+
+
+def test_an_inference_convolution_keeps_no_patch_matrix(gpu_backend, monkeypatch, rng):
+    """Only a plan that reads the patches (its gradient) builds the whole patch
+    matrix; inference takes the generic kernel, which works in blocks."""
+    built = []
+    real_im2col = cupy_conv.im2col
+    monkeypatch.setattr(cupy_conv, "im2col", lambda *args: built.append(1) or
+                        real_im2col(*args))
+    x_value = rng.standard_normal((2, 8, 8, 16)).astype(np.float32)
+    with tf.device("/gpu:0"):
+        x = tf.Variable(x_value)
+        w = tf.Variable(rng.standard_normal((3, 3, 16, 8)).astype(np.float32))
+        y = tf.reduce_sum(tf.nn.conv2d(x, w, [1, 1, 1, 1], "SAME"))
+        grad = tf.gradients(y, w)[0]
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    sess.run(y)
+    assert built == []
+    sess.run(grad)
+    assert built

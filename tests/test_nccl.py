@@ -143,11 +143,13 @@ def test_processes_join_one_nccl_world_through_an_mpi_broadcast():
 
 # -- multi-process launches: each rank binds its local GPU ------------------------------
 
-def launched_as(monkeypatch, local_rank, world_size):
-    """The environment Open MPI's mpiexec gives a rank."""
+def launched_as(monkeypatch, local_rank, world_size, local_size=None):
+    """The environment Open MPI's mpiexec gives a rank (every rank on this
+    host unless ``local_size`` says how many are)."""
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", str(world_size))
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(local_rank))
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", str(local_rank))
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", str(local_size or world_size))
 
 
 def bound_gpus():
@@ -168,6 +170,12 @@ def test_a_launched_rank_sees_only_the_gpu_of_its_local_rank(
     assert visible == [f"/physical_device:GPU:{index}" for index in bound]
     assert bound_gpus() == bound
     assert tf.parallel.default_devices() == [f"/gpu:{i}" for i in range(len(bound))]
+
+
+def test_one_rank_per_host_keeps_every_gpu_of_its_host(fake_gpus, monkeypatch):
+    launched_as(monkeypatch, 0, world_size=2, local_size=1)     # 2 hosts, 1 rank each
+    fake_gpus(4)
+    assert bound_gpus() == [0, 1, 2, 3]
 
 
 def test_set_visible_devices_overrides_the_binding(fake_gpus, monkeypatch):

@@ -51,6 +51,7 @@ table's; the launcher runs the specs: :class:`CupyLauncher` on a GPU,
 import numpy as np
 
 from . import gpu_batch_norm_specs as bn_specs
+from . import output_used
 from .gpu_conv_specs import BLOCK, COL2IM, IM2COL, geometry_args
 from .kernel_specs import FLOAT_TYPES
 from .window_geometry import _layout_maker
@@ -140,6 +141,10 @@ def col2im(launcher, xp, columns, x_shape, lay):
 def _conv_kernels(xp, table, launcher):
     def conv2d(ctx):
         generic, layout_of = table["Conv2D"](ctx), _layout_maker(ctx.attrs)
+        if not output_used(ctx, 1):
+            # NOTE: nothing keeps the patches (inference): the generic kernel
+            # never holds the whole patch matrix (about 1.2 GB a layer at 512).
+            return generic
 
         def conv(x, w):
             if not (_takes(x, w) or _takes_bits(x, w)):

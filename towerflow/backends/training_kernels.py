@@ -38,9 +38,10 @@ def _gated(xp, ctx, apply):
     scalar, see training_ops._apply), an update that changes nothing (the
     variable and its slots) where the gate is false.
 
-    The gate is never read on the host (a GPU would wait for it, and a CUDA
-    graph cannot hold the read): the update always runs, on copies kept of
-    the old values, which are then put back where the gate is false."""
+    On a GPU the gate is never read on the host (the GPU would wait for it,
+    and a CUDA graph cannot hold the read): the update always runs, on copies
+    kept of the old values, which are then put back where the gate is false.
+    On the CPU the gate is already on the host, and is read."""
     if not ctx.attrs.get("gated"):
         return apply
     cell_of = _kernels.VariableCell
@@ -51,6 +52,8 @@ def _gated(xp, ctx, apply):
     def gated(*inputs):
         if any(cell.value is None for cell in cells):
             return apply(*inputs[:-1])     # raises the uninitialized-variable error
+        if xp is np:    # NOTE: on the CPU the gate is a host value: no copies needed
+            return apply(*inputs[:-1]) if bool(inputs[-1]) else cells[0].value
         olds = kept.save(xp, cells)
         # NOTE: a skipped step's gradients are inf or NaN (loss scaling):
         # the arithmetic on them is thrown away, so NumPy need not warn.

@@ -154,15 +154,16 @@ def _visible_gpu_indices():
 
 
 def _bound_to_local_rank(gpu_indices):
-    """Every GPU in a single process; in a multi-process launch only the GPU of
-    this rank's local rank (the launcher's OMPI_COMM_WORLD_LOCAL_RANK, modulo
-    the GPU count), so ranks on one host take distinct GPUs, as Horovod's
-    ``visible_device_list = str(local_rank)`` does. With fewer GPUs than local
-    ranks, ranks share GPUs round robin. ``set_visible_devices`` overrides it.
+    """Every GPU in a single process, and in a launch of one rank per host; with
+    several ranks on this host, only the GPU of this rank's local rank (the
+    launcher's OMPI_COMM_WORLD_LOCAL_RANK, modulo the GPU count), so they take
+    distinct GPUs, as Horovod's ``visible_device_list = str(local_rank)``
+    does. With fewer GPUs than local ranks, ranks share GPUs round robin.
+    ``set_visible_devices`` overrides it.
 
     Example::
 
-        >>> _bound_to_local_rank((0, 1))    # under mpiexec -n 2, local rank 1
+        >>> _bound_to_local_rank((0, 1))    # under mpiexec -n 2 on one host, rank 1
         (1,)
     """
     local_rank = launcher_local_rank()
@@ -172,17 +173,25 @@ def _bound_to_local_rank(gpu_indices):
 
 
 def launcher_local_rank():
-    """This process's rank among the ranks of its host in a multi-process
-    launch (Open MPI, MPICH's Hydra), else None (also for one rank alone).
+    """This process's rank among the ranks of its host, when a multi-process
+    launch (Open MPI, MPICH's Hydra) put several on this host; else None (one
+    rank alone, or one rank per host: it keeps every GPU of its host).
 
     Example::
 
         >>> launcher_local_rank()     # not launched by mpiexec
     """
-    sizes = [os.environ.get(name) for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")]
-    if not any(size and size.strip().isdigit() and int(size) > 1 for size in sizes):
+    if _launcher_number(("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")) in (None, 0, 1):
         return None
-    for name in ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
+    local_size = _launcher_number(("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"))
+    if local_size is not None and local_size <= 1:
+        return None
+    return _launcher_number(("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"))
+
+
+def _launcher_number(names):
+    """The first of these environment variables that holds a number, or None."""
+    for name in names:
         value = os.environ.get(name, "").strip()
         if value.isdigit():
             return int(value)
