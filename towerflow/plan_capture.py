@@ -5,8 +5,9 @@ usual the first time it is given a signature of fed shapes (that run makes
 the kernels' lazy state for those shapes: compiled kernels, cached vectors
 as long as the batch, NCCL communicators; a capture runs nothing, so state
 made while capturing would hold memory nobody wrote). On its next run with
-that signature its steps are *captured*: the device backend records every kernel, copy and collective
-they queue into one CUDA graph, and from then on each ``Session.run`` is
+that signature its steps are *captured*: the device backend records every
+kernel, copy and collective they queue into one CUDA graph, and from then on
+each ``Session.run`` is
 
 1. the fed values checked and copied into the graph's own input buffers,
 2. one graph launch (instead of a Python call and a kernel launch per op),
