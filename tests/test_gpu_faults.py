@@ -238,6 +238,27 @@ def test_a_cache_grown_later_keeps_the_memory_a_graph_replays(gpu_backend):
     assert_column_sums(value, batch(128, seed=2))
 
 
+def test_batch_norms_ones_vector_grown_later_keeps_the_memory_a_graph_replays(gpu_backend):
+    # float16: the generic batch norm (its column sums use a cached ones vector;
+    # float32 takes cupy_conv's kernels)
+    with tf.device("/gpu:0"):
+        x16 = tf.placeholder(tf.float16, [None, 64])
+        normalized = tf.cast(tf.layers.batch_normalization(x16, training=True), tf.float32)
+        mean = tf.reduce_mean(normalized, axis=0)
+        doubled = mean * 2.0
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    for _ in range(2):                      # op by op, then captured on a 128-long vector
+        sess.run(mean, {x16: batch(128)})
+    assert captured_count(sess) == 1
+    sess.run(doubled, {x16: batch(256)})    # another plan: the cached vector grows
+    sess.run(doubled, {x16: batch(256, seed=1)})
+    value = sess.run(mean, {x16: batch(128, seed=2)})  # a replay of the first graph
+    # The normalized columns have mean 0; float16 rounds each output (|y| < 4
+    # here) by at most 2**-11 of it, so their means are within 2e-3 of 0.
+    assert np.all(np.abs(value) <= 2.0**-11 * 4)
+
+
 def test_a_vector_first_needed_during_a_capture_is_not_kept(gpu_backend):
     import cupy
 

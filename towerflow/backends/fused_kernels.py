@@ -5,6 +5,7 @@ batch normalisation (forward and backward), written against ``xp``."""
 import numpy as np
 
 from .. import errors
+from .filled_vectors import FilledVectors
 
 
 # -- softmax cross-entropy -------------------------------------------------------------
@@ -205,7 +206,9 @@ class _PerChannel:
     over long rows, column sums as a BLAS ones-vector product."""
 
     def __init__(self, xp):
-        self.xp, self._ones = xp, {}
+        # NOTE: a FilledVectors, so a graph captured on a shorter ones vector
+        # keeps reading memory that is still its own (filled_vectors.py).
+        self.xp, self._ones = xp, FilledVectors(xp, 1)
 
     def apply(self, ufunc, rows, vector, out=None):
         """``ufunc(rows, vector)`` with the [C] ``vector`` broadcast over the rows."""
@@ -220,7 +223,4 @@ class _PerChannel:
         """The sum of each column, as ones @ rows (NumPy's sum(axis=0) is slower)."""
         if rows.dtype.kind != "f" or rows.dtype.itemsize < 4 or rows.shape[0] == 0:
             return rows.sum(axis=0)
-        ones = self._ones.get(rows.dtype)
-        if ones is None or ones.shape[0] < rows.shape[0]:
-            ones = self._ones[rows.dtype] = self.xp.ones(rows.shape[0], rows.dtype)
-        return self.xp.matmul(ones[:rows.shape[0]], rows)
+        return self.xp.matmul(self._ones.get(rows.shape[0], rows.dtype), rows)
