@@ -60,7 +60,8 @@ def run_train(args):
     try:
         result = training.fit(recipe, devices, **_fit_options(args))
     except run_record.RunAlreadyFinished as finished:
-        print(f"towerflow: {finished}")
+        if _is_rank_zero():
+            print(f"towerflow: {finished}")
         return 0
     except run_control.Interrupted as stop:
         _report_interrupt(stop, args)

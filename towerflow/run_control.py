@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-# A hidden test hook: "STEP:SIGNAL" (e.g. "7:SIGTERM") makes the process send
-# itself SIGNAL after global step STEP, so tests interrupt at a known step
-# through the real handler.
+# A hidden test hook: "STEP:SIGNAL[:RANK]" (e.g. "7:SIGTERM") makes the process
+# (only MPI rank RANK, if given) send itself SIGNAL after global step STEP, so
+# tests interrupt at a known step through the real handler.
 SELF_SIGNAL_ENV = "TOWERFLOW_TEST_SIGNAL_AFTER_STEP"
 # Set by `towerflow launch`: a file whose appearance asks the ranks to stop
 # (the launcher creates it when it receives SIGINT or SIGTERM).
@@ -114,7 +114,11 @@ def self_signal_hook():
     value = os.environ.get(SELF_SIGNAL_ENV)
     if not value:
         return None
-    step, name = value.split(":")
+    step, name, *rank = value.split(":")
+    if rank:
+        from .parallel import mpi
+        if int(rank[0]) != mpi.rank_from_environment():
+            return None
     return int(step), int(getattr(signal, name))
 
 
