@@ -97,8 +97,9 @@ def built_model(precision):
     splits = recipe.load()
     pipeline = tf.data.Pipeline(splits.train.images, splits.train.labels, 64, seed=0)
     with tf.Graph().as_default(), training._policy(precision):
-        model = training._build(recipe, splits, ["/cpu:0"], "auto", 0, pipeline, 1,
-                                precision)
+        model = training._build(recipe, splits, ["/cpu:0"], "auto",
+                                {"seed": 0, "precision": precision},
+                                pipeline.batches_per_epoch)
         names = {v.op.name for v in tf.global_variables()}
     pipeline.close()
     return model, names

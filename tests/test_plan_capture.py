@@ -22,6 +22,8 @@ from towerflow.recipes import cifar10
 from conftest import fake_gpu, gpu_registration_kept
 from host_read_trap import TRAP_KERNELS, TrapGpu
 
+RECORD = {"seed": 0, "precision": "float32"}     # what training._build reads of a run
+
 
 class CaptureUnsupported(RuntimeError):
     """What CUDA raises when a captured kernel waits for the device."""
@@ -307,8 +309,8 @@ def run_cifar10_recipe(make_session, epochs=2):
     graph = tf.Graph()
     losses = []
     with graph.as_default():
-        model = training._build(recipe, splits, ["/gpu:0", "/gpu:1"], "auto", 0, pipeline,
-                                epochs=epochs)
+        model = training._build(recipe, splits, ["/gpu:0", "/gpu:1"], "auto", RECORD,
+                                pipeline.batches_per_epoch * epochs)
         fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
         sess = make_session()
         sess.run(tf.global_variables_initializer())

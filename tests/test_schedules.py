@@ -161,7 +161,7 @@ def test_the_cifar10_recipes_schedule_is_the_former_one():
     steps_per_epoch, epochs = 20, 3
     total = steps_per_epoch * epochs
     step = tf.train.get_or_create_global_step()
-    optimizer = cifar10.RECIPE.optimizer(step, steps_per_epoch, epochs)
+    optimizer = cifar10.RECIPE.optimizer(step, total)
     with tf.Session() as sess:
         got = []
         for value in range(total + 10):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import towerflow as tf
-from towerflow import cli, training
+from towerflow import cli, run_control, training
 from towerflow.recipes import get
 
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
@@ -40,15 +40,18 @@ def test_digits_trains_to_095_on_two_cpu_towers(tmp_path, no_gpu):
     assert written["towers"] == 2 and written["recipe"] == "digits"
 
 
-def test_resume_reproduces_the_losses_of_an_uninterrupted_run(tmp_path, no_gpu):
+def test_resume_reproduces_the_losses_of_an_uninterrupted_run(tmp_path, monkeypatch, no_gpu):
     devices = towers(2)
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     training.fit(get("digits"), devices, epochs=4, quiet=True, checkpoint_dir=str(straight))
-    # interrupted in the middle of epoch 2 (23 steps an epoch), then resumed
-    training.fit(get("digits"), devices, epochs=4, steps=30, quiet=True,
-                 checkpoint_dir=str(interrupted))
-    training.fit(get("digits"), devices, epochs=4, quiet=True,
-                 checkpoint_dir=str(interrupted), resume=True)
+    # a SIGINT in the middle of epoch 2 (23 steps an epoch), then resumed
+    monkeypatch.setenv(run_control.SELF_SIGNAL_ENV, "30:SIGINT")
+    with pytest.raises(run_control.Interrupted, match=r"at step 30 \(epoch 2\)"):
+        training.fit(get("digits"), devices, epochs=4, quiet=True,
+                     checkpoint_dir=str(interrupted))
+    monkeypatch.delenv(run_control.SELF_SIGNAL_ENV)
+    training.fit(get("digits"), devices, quiet=True, checkpoint_dir=str(interrupted),
+                 resume=True)
     assert curve(interrupted) == curve(straight)
 
 
@@ -56,7 +59,7 @@ def test_resume_with_another_tower_count(tmp_path, no_gpu):
     devices = towers(4)
     training.fit(get("digits"), devices[:3], epochs=2, quiet=True, checkpoint_dir=str(tmp_path))
     result = training.fit(get("digits"), devices[:1], epochs=3, quiet=True,
-                          checkpoint_dir=str(tmp_path), resume=True)
+                          checkpoint_dir=str(tmp_path), resume=True, extend=True)
     rows = curve(tmp_path)
     assert [row["epoch"] for row in rows] == ["1", "2", "3"]
     assert result["test_accuracy"] >= 0.9
@@ -117,7 +120,9 @@ def test_flip_test_time_augmentation_adds_each_images_mirror(monkeypatch, no_gpu
     splits = recipe.load()
     pipeline = data.Pipeline(splits.train.images, splits.train.labels, 64, seed=0)
     with tf.Graph().as_default() as graph:
-        model = training._build(recipe, splits, towers(count), "auto", 0, pipeline, 1)
+        model = training._build(recipe, splits, towers(count), "auto",
+                                {"seed": 0, "precision": "float32"},
+                                pipeline.batches_per_epoch)
         model.normalisation = {}
         sess = tf.Session(graph=graph)
         sess.run(tf.global_variables_initializer())

@@ -3,6 +3,8 @@ apart from the training loop (towerflow/training.py)."""
 
 import json
 import os
+import shlex
+import sys
 import time
 
 from .device import DeviceSpec, runtime
@@ -17,18 +19,28 @@ def add_train_parser(commands):
     where.add_argument("--cpu-towers", type=int, help="N logical CPUs as towers")
     train.add_argument("--all-reduce", default="auto",
                        choices=["auto", "cpu", "local", "nccl", "mpi"])
-    train.add_argument("--precision", default="float32",
+    train.add_argument("--precision", default=None,
                        choices=["float32", "mixed_float16", "mixed_bfloat16"],
                        help="mixed_float16: float16 compute, float32 weights, loss scaling; "
-                            "mixed_bfloat16: bfloat16 compute, float32 weights, no scaling")
+                            "mixed_bfloat16: bfloat16 compute, float32 weights, no scaling "
+                            "(default float32)")
     train.add_argument("--batch-size", type=int)
-    length = train.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=int)
-    length.add_argument("--steps", type=int)
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--epochs", type=int, help="the run's total length in epochs")
+    train.add_argument("--steps", type=int, help="the run's total length in steps (with "
+                                                 "--epochs: the smaller)")
+    train.add_argument("--seed", type=int, default=None, help="default 0")
     train.add_argument("--data-dir")
     train.add_argument("--checkpoint-dir")
-    train.add_argument("--resume", action="store_true")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run of --checkpoint-dir to its end")
+    train.add_argument("--extend", action="store_true",
+                       help="with --resume: continue to a new --steps/--epochs")
+    train.add_argument("--checkpoint-every", type=int, metavar="STEPS",
+                       help="checkpoint every STEPS steps (default: each epoch's end)")
+    train.add_argument("--checkpoint-secs", type=float, metavar="SECONDS",
+                       help="checkpoint every SECONDS seconds")
+    train.add_argument("--keep-checkpoints", type=int, default=3, metavar="K",
+                       help="keep the last K checkpoints (default 3)")
     train.add_argument("--log-device-placement", action="store_true")
     train.add_argument("--json-out")
     train.add_argument("--quiet", action="store_true")
@@ -38,20 +50,25 @@ def add_train_parser(commands):
 
 
 def run_train(args):
-    from . import recipes, training
+    from . import recipes, run_control, run_record, training
     recipe = recipes.get(args.recipe)
     if args.data_dir and not os.path.isdir(args.data_dir):
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} is not a directory")
     if getattr(recipe, "kind", None) == "script":
         return run_script(recipe, args)
     devices = choose_devices(args)
-    result = training.fit(recipe, devices, all_reduce=args.all_reduce,
-                          batch_size=args.batch_size, epochs=args.epochs, steps=args.steps,
-                          precision=args.precision,
-                          seed=args.seed, data_dir=args.data_dir,
-                          checkpoint_dir=args.checkpoint_dir, resume=args.resume,
-                          log_device_placement=args.log_device_placement,
-                          quiet=args.quiet, json_out=args.json_out)
+    try:
+        result = training.fit(recipe, devices, **_fit_options(args))
+    except run_record.RunAlreadyFinished as finished:
+        if _is_rank_zero():
+            print(f"towerflow: {finished}")
+        return 0
+    except run_control.Interrupted as stop:
+        _report_interrupt(stop, args)
+        return stop.exit_code
+    except run_control.StopNow as stop:
+        print(f"towerflow: {stop}; no checkpoint written", file=sys.stderr)
+        return 128 + stop.signum
     if not args.quiet:
         print(f"{result['recipe']}: test accuracy {result['test_accuracy']:.4f}, "
               f"{result['samples_per_sec']:.0f} samples/s on {result['towers']} towers "
@@ -59,12 +76,62 @@ def run_train(args):
     return 0
 
 
+def _fit_options(args):
+    names = ("all_reduce", "batch_size", "epochs", "steps", "precision", "seed", "data_dir",
+             "checkpoint_dir", "resume", "extend", "checkpoint_every", "checkpoint_secs",
+             "keep_checkpoints", "log_device_placement", "quiet", "json_out")
+    return {name: getattr(args, name) for name in names}
+
+
+# What a resumed run needs to be told again (the rest comes from the checkpoint).
+_RESUME_OPTIONS = ("devices", "towers", "cpu_towers", "all_reduce", "data_dir",
+                   "checkpoint_dir", "checkpoint_every", "checkpoint_secs",
+                   "keep_checkpoints", "json_out", "quiet")
+
+
+def _report_interrupt(stop, args):
+    """One line (rank 0): where the run stopped, and the command that resumes it."""
+    if not _is_rank_zero():
+        return
+    if stop.checkpoint is None:
+        print(f"{stop}; no --checkpoint-dir, so nothing was saved", flush=True)
+        return
+    print(f"{stop}; resume with: {resume_command(args)}", flush=True)
+
+
+def resume_command(args):
+    """The command line that resumes the run of ``args``.
+
+    >>> resume_command(args)    # towerflow train digits --cpu-towers 2 --steps 60 ...
+    'towerflow train digits --cpu-towers 2 --checkpoint-dir ck --resume'
+    """
+    words = ["towerflow", "train", args.recipe]
+    for name in _RESUME_OPTIONS:
+        value, unset = getattr(args, name), _UNSET.get(name)
+        if value is not None and value != unset and value is not False:
+            words += [_flag(name)] if value is True else [_flag(name), str(value)]
+    ranks = _world_size()
+    prefix = [f"towerflow launch -n {ranks} --"] if ranks > 1 else []
+    return " ".join(prefix + [shlex.quote(word) for word in words] + ["--resume"])
+
+
+def _world_size():
+    from .parallel import mpi
+    return mpi.world_size_from_environment()
+
+
+def _is_rank_zero():
+    from .parallel import mpi
+    return mpi.rank_from_environment() == 0
+
+
 # The options of `towerflow train` a script recipe may decline, with their values
 # when not given (--seed, --json-out and --quiet apply to every recipe).
 _UNSET = {"devices": None, "towers": None, "cpu_towers": None, "all_reduce": "auto",
           "batch_size": None, "epochs": None, "steps": None, "data_dir": None,
           "checkpoint_dir": None, "resume": False, "log_device_placement": False,
-          "precision": "float32"}
+          "precision": None, "extend": False, "checkpoint_every": None,
+          "checkpoint_secs": None, "keep_checkpoints": 3}
 
 
 def run_script(recipe, args):
@@ -77,6 +144,8 @@ def run_script(recipe, args):
         0
     """
     _check_script_options(recipe, args)
+    if args.seed is None:
+        args.seed = 0
     start = time.perf_counter()
     result = {"recipe": recipe.name, **recipe.run(args)}
     result.setdefault("wall_seconds", time.perf_counter() - start)
@@ -97,6 +166,8 @@ def _check_script_options(recipe, args):
         raise ValueError(f"recipe {recipe.name!r} does not use "
                          f"{', '.join(_flag(name) for name in declined)} "
                          f"(its options: {taken}, --seed, --json-out, --quiet)")
+    if args.steps is not None and args.epochs is not None:
+        raise ValueError(f"recipe {recipe.name!r} takes --steps or --epochs, not both")
     for name in ("batch_size", "epochs", "steps"):
         if name in given and getattr(args, name) < 1:
             raise ValueError(f"{_flag(name)} needs at least 1, got {getattr(args, name)}")

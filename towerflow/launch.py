@@ -7,14 +7,24 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
 - ``--enable-recovery``, so when one rank dies the others are *not* killed
   by the launcher but report, through towerflow's deadlines, which rank
   stopped answering in which collective;
-- ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60).
+- ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60);
+- a clean stop: SIGINT or SIGTERM to the launcher asks every rank to finish
+  its step (``towerflow train`` agrees the step by a collective and writes a
+  checkpoint) through a stop file (``TOWERFLOW_STOP_FILE``), because
+  ``mpiexec`` itself would kill the ranks at once; a second signal is passed
+  to ``mpiexec``, which does.
 """
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+from .run_control import STOP_FILE_ENV
 
 
 def find_mpiexec():
@@ -55,6 +65,43 @@ def launch_environment(timeout=None):
 
 
 def launch(num_ranks, command, timeout=None):
-    """Run ``command`` on ``num_ranks`` ranks; returns the launcher's exit code."""
+    """Run ``command`` on ``num_ranks`` ranks; returns the launcher's exit code
+    (128 + the signal's number when SIGINT or SIGTERM stopped the run).
+
+    >>> launch(2, ["python", "-m", "towerflow", "train", "digits", "--steps", "60"])
+    0
+    """
     line = mpiexec_command(num_ranks, command)
-    return subprocess.call(line, env=launch_environment(timeout))
+    with tempfile.TemporaryDirectory(prefix="towerflow-launch-") as scratch:
+        env = launch_environment(timeout)
+        env[STOP_FILE_ENV] = os.path.join(scratch, "stop")
+        # its own session: a Ctrl-C on the terminal reaches the launcher only
+        child = subprocess.Popen(line, env=env, start_new_session=True)
+        stopper = _Stopper(child, env[STOP_FILE_ENV])
+        with stopper.installed():
+            code = child.wait()
+    return 128 + stopper.signum if stopper.signum else code
+
+
+class _Stopper:
+    """The launcher's SIGINT/SIGTERM: the first writes the stop file the ranks
+    poll; the second passes the signal to mpiexec (which kills the ranks)."""
+
+    def __init__(self, child, stop_file):
+        self.child, self.stop_file, self.signum = child, stop_file, 0
+
+    def installed(self):
+        stack = contextlib.ExitStack()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.signal(sig, self._handle)
+            stack.callback(signal.signal, sig, previous)
+        return stack
+
+    def _handle(self, signum, frame):
+        if self.signum:
+            self.child.send_signal(signum)
+            return
+        self.signum = signum
+        with open(self.stop_file + ".tmp", "w") as out:
+            out.write(str(int(signum)))
+        os.replace(self.stop_file + ".tmp", self.stop_file)

@@ -19,46 +19,68 @@ import time
 import numpy as np
 
 from . import data as data_module
-from . import losses, mixed_precision, progress
+from . import losses, mixed_precision, progress, run_control, run_record
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
 from .session import ConfigProto, Session
-from .train import Saver, get_or_create_global_step
+from .train import Saver, get_checkpoint_state, get_or_create_global_step
 
 EVAL_BATCH = 1000
 
 
 def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=None,
-        seed=0, data_dir=None, checkpoint_dir=None, resume=False,
-        log_device_placement=False, quiet=False, json_out=None, precision="float32"):
+        seed=None, data_dir=None, checkpoint_dir=None, resume=False,
+        log_device_placement=False, quiet=False, json_out=None, precision=None,
+        checkpoint_every=None, checkpoint_secs=None, keep_checkpoints=3, extend=False):
     """Train ``recipe`` on ``devices`` (one tower each); returns the summary dict
-    (the keys of ``--json-out``). ``precision``: 'float32', 'mixed_float16'
-    or 'mixed_bfloat16': the mixed-precision policy while the model is built,
-    and the policy's loss scaling (dynamic for float16, none for bfloat16;
-    see towerflow.mixed_precision)."""
+    (the keys of ``--json-out``). ``steps`` and ``epochs`` are the run's total
+    length (the smaller when both are given; default: the recipe's epochs) and
+    the learning-rate schedule spans it. ``resume`` continues the run of
+    ``checkpoint_dir`` to its end, with its options (see towerflow/run_record.py;
+    ``extend``: to a new length). ``precision``: 'float32', 'mixed_float16' or
+    'mixed_bfloat16' (see towerflow.mixed_precision). Checkpoints: every
+    ``checkpoint_every`` steps and/or ``checkpoint_secs`` seconds (default:
+    each epoch's end), at the end, and on SIGINT/SIGTERM, which raise
+    ``run_control.Interrupted`` after that checkpoint.
+
+    >>> fit(digits.RECIPE, ['/cpu:0'], steps=60, checkpoint_dir='ck')['steps']
+    60
+    """
     splits = recipe.load(data_dir)
-    batch_size = int(batch_size or recipe.defaults["batch_size"])
-    epochs = int(epochs or recipe.defaults["epochs"])
-    options = recipe.pipeline_options(splits.train)
-    pipeline = data_module.Pipeline(splits.train.images, splits.train.labels, batch_size,
-                                    seed=seed, **options)
-    normalisation = {key: options[key] for key in ("mean", "std", "scale") if key in options}
+    options = {"batch_size": batch_size, "seed": seed, "precision": precision,
+               "steps": steps, "epochs": epochs}
+    record, saved = run_record.resolve(recipe, options, checkpoint_dir, resume, extend)
+    pipeline_options = recipe.pipeline_options(splits.train)
+    pipeline = data_module.Pipeline(splits.train.images, splits.train.labels,
+                                    record["batch_size"], seed=record["seed"],
+                                    **pipeline_options)
+    total = run_record.total_steps(record, pipeline.batches_per_epoch)
+    if saved is not None and saved.global_step >= total:
+        pipeline.close()
+        raise run_record.RunAlreadyFinished(
+            f"the run in {checkpoint_dir} already reached its end (step "
+            f"{saved.global_step} of {total}); nothing to do")
     graph = core.Graph()
     with graph.as_default():
-        with _policy(precision):
-            model = _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs,
-                           precision)
-        model.normalisation = normalisation
+        with _policy(record["precision"]):
+            model = _build(recipe, splits, devices, all_reduce, record, total, keep_checkpoints)
+        model.normalisation = {key: pipeline_options[key] for key in ("mean", "std", "scale")
+                               if key in pipeline_options}
         sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
-        first_epoch = _start(sess, model, pipeline, checkpoint_dir, resume)
-        result = _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, steps,
-                        checkpoint_dir, quiet or not model.is_chief)
+        _start(sess, model, pipeline, saved)
+        plan = _Model(total=total, record=record, checkpoint_dir=checkpoint_dir,
+                      clock=run_control.CheckpointClock(checkpoint_every, checkpoint_secs),
+                      quiet=quiet or not model.is_chief,
+                      saved_path=saved.path if saved is not None else None)
+        try:
+            result = _train(sess, model, pipeline, splits, plan)
+        finally:
+            pipeline.close()
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
-                  all_reduce=model.strategy.communicator.name, precision=precision)
+                  all_reduce=model.strategy.communicator.name, precision=record["precision"])
     if json_out and model.is_chief:
         write_json(json_out, result)
-    pipeline.close()
     return result
 
 
@@ -80,9 +102,10 @@ def _policy(precision):
         mixed_precision.set_global_policy(previous)
 
 
-def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs, precision="float32"):
+def _build(recipe, splits, devices, all_reduce, record, total_steps, keep_checkpoints=3):
+    """The towers, the step and the Saver; ``record`` gives the seed and precision."""
     from .ops.random_ops import set_random_seed
-    set_random_seed(seed)
+    set_random_seed(record["seed"])
     images = constant_ops.placeholder("float32", [None] + list(splits.train.images.shape[1:]),
                                       name="images")
     labels = constant_ops.placeholder("int64", [None], name="labels")
@@ -101,12 +124,12 @@ def _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs, precisio
         return loss, {"accuracy": math_ops.reduce_mean(math_ops.cast(correct, "float32"))}
 
     global_step = get_or_create_global_step()
-    optimizer = recipe.optimizer(global_step, pipeline.batches_per_epoch, epochs)
-    if mixed_precision.Policy(precision).loss_scale == "dynamic":
+    optimizer = recipe.optimizer(global_step, total_steps)     # the schedule spans the run
+    if mixed_precision.Policy(record["precision"]).loss_scale == "dynamic":
         optimizer = mixed_precision.LossScaleOptimizer(optimizer)
     strategy = DataParallel(devices, all_reduce=all_reduce)
     step = strategy.minimize(tower_fn, (images, labels), optimizer, global_step=global_step)
-    saver = Saver(max_to_keep=3)
+    saver = Saver(max_to_keep=keep_checkpoints)
     return _Model(images=images, labels=labels, training=training, step=step,
                   strategy=strategy, saver=saver, global_step=global_step,
                   is_chief=strategy.rank == 0, tower_logits=tower_logits,
@@ -122,65 +145,88 @@ def _loss(logits, labels, classes, label_smoothing):
     return losses.softmax_cross_entropy(one_hot, logits, label_smoothing=label_smoothing)
 
 
-def _start(sess, model, pipeline, checkpoint_dir, resume):
-    """Restore the latest checkpoint (resume) or initialise; the first epoch to run."""
-    if resume and checkpoint_dir:
-        restored = model.saver.restore_latest(sess, checkpoint_dir)
-        if restored.path is not None:
-            pipeline.restore(restored.extra_state["pipeline"])
-            return int(restored.extra_state["epoch"])
-    elif resume:
-        raise ValueError("--resume needs --checkpoint-dir")
-    from .ops.state_ops import global_variables_initializer
-    sess.run(global_variables_initializer())
-    return 0
+def _start(sess, model, pipeline, saved):
+    """Restore ``saved`` (a checkpoint, on resume) or initialise the variables."""
+    if saved is None:
+        from .ops.state_ops import global_variables_initializer
+        sess.run(global_variables_initializer())
+        return
+    extra_state = model.saver.restore(sess, saved.path)
+    pipeline.restore(extra_state["pipeline"])
+    listed = get_checkpoint_state(os.path.dirname(saved.path))
+    model.saver.recover_last_checkpoints(
+        [path for path in listed.all_model_checkpoint_paths if os.path.exists(path)])
 
 
-def _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, max_steps,
-           checkpoint_dir, quiet):
+def _train(sess, model, pipeline, splits, plan):
+    """Steps to ``plan.total``, checkpointing on ``plan.clock``; on a signal
+    agreed by every rank, a checkpoint and ``run_control.Interrupted``."""
     step_fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
-    curve = progress.Curve(checkpoint_dir) if checkpoint_dir and model.is_chief else None
-    start, examples, steps_done, last_loss = time.perf_counter(), 0, 0, None
-    test_accuracy = None   # evaluated after each epoch; after the loop only if none ran
-    for epoch in range(first_epoch, epochs):
-        with progress.EpochBar(epoch, epochs, pipeline.batches_per_epoch, quiet) as bar:
-            for images, labels in pipeline.epoch():
-                feed = {model.images: images, model.labels: labels, model.training: True}
-                _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed)
-                examples += len(labels)
-                steps_done += 1
-                bar.update(last_loss, accuracy, examples / (time.perf_counter() - start))
-                if max_steps and steps_done >= max_steps:
-                    break
-        stopped = bool(max_steps) and steps_done >= max_steps
-        finished = pipeline.epochs_completed > epoch
-        test_accuracy = evaluate(sess, model, splits.test)
-        _end_of_epoch(sess, model, pipeline, curve, epoch, finished,
-                      (last_loss, accuracy, test_accuracy), checkpoint_dir, quiet)
-        if stopped:
-            break
+    plan.curve = (progress.Curve(plan.checkpoint_dir)
+                  if plan.checkpoint_dir and model.is_chief else None)
+    step = first_step = int(sess.run(model.global_step))
+    start, examples, last_loss, test_accuracy = time.perf_counter(), 0, None, None
+    hook, plan.saved_step = run_control.self_signal_hook(), first_step
+    with run_control.StopSignals() as signals:
+        while step < plan.total:
+            epoch = pipeline.epochs_completed
+            stop = 0
+            with progress.EpochBar(epoch, _epochs(plan, pipeline), pipeline.batches_per_epoch,
+                                   plan.quiet) as bar:
+                for images, labels in pipeline.epoch():
+                    feed = {model.images: images, model.labels: labels, model.training: True}
+                    _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed)
+                    step, examples = step + 1, examples + len(labels)
+                    bar.update(last_loss, accuracy, examples / (time.perf_counter() - start))
+                    run_control.maybe_signal_self(hook, step)
+                    stop = run_control.agreed_stop(signals, model.strategy)
+                    if stop or step >= plan.total:
+                        break
+                    if plan.clock.due(step, epoch_ended=False):
+                        _save(sess, model, pipeline, plan, step)
+            ended = pipeline.epochs_completed > epoch
+            if ended:
+                test_accuracy = evaluate(sess, model, splits.test)
+                _end_of_epoch(model, plan, epoch, step, (last_loss, accuracy, test_accuracy))
+            if stop or step >= plan.total or plan.clock.due(step, ended):
+                _save(sess, model, pipeline, plan, step)
+            if stop:
+                raise run_control.Interrupted(stop, step, epoch + 1, plan.saved_path)
     wall = time.perf_counter() - start
-    return {"steps": int(sess.run(model.global_step)), "final_loss": _float(last_loss),
+    return {"steps": step, "final_loss": _float(last_loss),
             "test_accuracy": _float(test_accuracy if test_accuracy is not None
                                     else evaluate(sess, model, splits.test)),
             "samples_per_sec": examples / wall if wall else 0.0, "wall_seconds": wall}
 
 
-def _end_of_epoch(sess, model, pipeline, curve, epoch, finished, figures, checkpoint_dir,
-                  quiet):
-    """Report and record a finished epoch; checkpoint (mid-epoch too, when --steps
-    stopped the run there: the pipeline state resumes the rest of the epoch)."""
+def _epochs(plan, pipeline):
+    """The run's length in epochs, for the progress bar (the last may be partial)."""
+    return -(-plan.total // pipeline.batches_per_epoch)
+
+
+def _end_of_epoch(model, plan, epoch, step, figures):
+    """Report and record a finished epoch."""
     loss, accuracy, test_accuracy = figures
-    if finished and not quiet:
+    if not plan.quiet:
         print(f"epoch {epoch + 1}: loss {loss:.4f}  train accuracy {accuracy:.4f}  "
               f"test accuracy {test_accuracy:.4f}", flush=True)
-    if finished and curve is not None:
-        curve.add(epoch + 1, int(sess.run(model.global_step)), loss, accuracy, test_accuracy)
-    if checkpoint_dir and model.is_chief:
-        os.makedirs(checkpoint_dir, exist_ok=True)
-        state = {"epoch": epoch + 1 if finished else epoch, "pipeline": pipeline.state()}
-        model.saver.save(sess, os.path.join(checkpoint_dir, "model"),
-                         global_step=model.global_step, extra_state=state)
+    if plan.curve is not None:
+        plan.curve.add(epoch + 1, step, loss, accuracy, test_accuracy)
+
+
+def _save(sess, model, pipeline, plan, step):
+    """A checkpoint at ``step`` (once per step; rank 0 only): the variables, the
+    data order's position (a mid-epoch resume replays the rest of the epoch)
+    and the run's record."""
+    plan.clock.saved()
+    if not plan.checkpoint_dir or not model.is_chief or step == plan.saved_step:
+        return
+    os.makedirs(plan.checkpoint_dir, exist_ok=True)
+    state = {"epoch": pipeline.epochs_completed, "pipeline": pipeline.state(),
+             "run": plan.record}
+    plan.saved_path = model.saver.save(sess, os.path.join(plan.checkpoint_dir, "model"),
+                                       global_step=step, extra_state=state)
+    plan.saved_step = step
 
 
 def evaluate(sess, model, split):

@@ -7,7 +7,8 @@
   (augmentation and normalisation);
 - ``logits(images, training)`` -> the model, built once per tower
   (``training`` is a bool tensor);
-- ``optimizer(global_step, steps_per_epoch, epochs)``;
+- ``optimizer(global_step, total_steps)``: its learning-rate schedule spans
+  ``total_steps``, the run's length (``--steps``, ``--epochs``, or the smaller);
 - ``label_smoothing``;
 - ``test_time_flip`` (optional, default False): evaluate on each image plus
   its mirror image (the logits added).

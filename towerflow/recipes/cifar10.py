@@ -39,8 +39,8 @@ class Cifar10Recipe:
         y = tf.reduce_max(y, axis=[1, 2])                    # global max pool
         return tf.layers.dense(y, 10, use_bias=False) * 0.125
 
-    def optimizer(self, global_step, steps_per_epoch, epochs):
-        total = steps_per_epoch * epochs
+    def optimizer(self, global_step, total_steps):
+        total = total_steps
         warmup = max(1, total // 5)
         # A linear decay to zero over the run, ramped up over its first fifth.
         decay = tf.train.polynomial_decay(0.2, global_step, max(total, 1),

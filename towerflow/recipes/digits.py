@@ -27,8 +27,8 @@ class DigitsRecipe:
         y = tf.layers.dense(tf.layers.flatten(y), 128, activation=tf.nn.relu)
         return tf.layers.dense(y, 10)
 
-    def optimizer(self, global_step, steps_per_epoch, epochs):
-        rate = tf.train.cosine_decay(0.05, global_step, steps_per_epoch * epochs, alpha=0.05)
+    def optimizer(self, global_step, total_steps):
+        rate = tf.train.cosine_decay(0.05, global_step, total_steps, alpha=0.05)
         return tf.train.MomentumOptimizer(rate, 0.9, use_nesterov=True)
 
 

@@ -1,0 +1,254 @@
+"""Interrupted runs, on a real `towerflow train` subprocess with real signals:
+SIGINT/SIGTERM mid-epoch then --resume ends bit for bit where the straight run
+ends (1 and 2 towers, and 2 MPI ranks under `towerflow launch`); --steps is
+the run's total; clock checkpoints mid-epoch resume exactly; a SIGKILL while
+a checkpoint is written leaves the previous one usable; --resume never starts
+again from step 0."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from towerflow import run_control
+from towerflow.train.checkpoint_format import latest_checkpoint, read_checkpoint
+
+pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
+ROOT = str(Path(__file__).resolve().parents[1])
+PYTHON = [sys.executable, "-m", "towerflow"]
+STEPS = 60            # 23 steps an epoch at --batch-size 64: ends in epoch 3
+RUN = ["digits", "--batch-size", "64", "--seed", "3", "--quiet"]
+
+
+def environment(**extra):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop(run_control.SELF_SIGNAL_ENV, None)
+    return dict(env, **extra)
+
+
+def train(directory, *args, env=None, launch=False):
+    """`towerflow train` (under `towerflow launch -n 2` with ``launch``)."""
+    line = [*PYTHON, "train", *args, "--checkpoint-dir", str(directory),
+            "--json-out", str(directory) + ".json"]
+    if launch:
+        line = [*PYTHON, "launch", "-n", "2", "--", *line]
+    return subprocess.run(line, check=False, capture_output=True, text=True, timeout=300,
+                          env=env or environment())
+
+
+def outcome(directory):
+    """(final loss, {variable: array}) of the run whose checkpoints are in ``directory``."""
+    summary = json.loads(Path(str(directory) + ".json").read_text())
+    checkpoint = read_checkpoint(latest_checkpoint(str(directory)))
+    return summary["final_loss"], summary["steps"], checkpoint.variables
+
+
+def assert_same_run(got, want):
+    assert got[:2] == want[:2]                          # final loss and step, exactly
+    assert sorted(got[2]) == sorted(want[2])
+    for name, value in want[2].items():
+        np.testing.assert_array_equal(got[2][name], value, err_msg=name)
+
+
+def resume_from(result):
+    """The resume command printed on the interrupt line, as words to run."""
+    lines = [line for line in result.stdout.splitlines() if "interrupted" in line]
+    assert len(lines) == 1, result.stdout + result.stderr
+    words = shlex.split(lines[0].split("resume with: ", 1)[1])
+    assert words[:2] == ["towerflow", "train"] and words[-1] == "--resume"
+    return words[2:]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted runs, by tower count."""
+    runs = {}
+
+    def run(towers, steps=STEPS):
+        if (towers, steps) not in runs:
+            directory = tmp_path_factory.mktemp(f"straight{towers}_{steps}") / "ck"
+            done = train(directory, *RUN, "--cpu-towers", str(towers), "--steps", str(steps))
+            assert done.returncode == 0, done.stderr
+            runs[towers, steps] = outcome(directory)
+        return runs[towers, steps]
+    return run
+
+
+@pytest.mark.parametrize("name, towers", [("SIGINT", 1), ("SIGTERM", 2)])
+def test_a_signal_mid_epoch_then_resume_is_the_straight_run(tmp_path, straight, name, towers):
+    directory = tmp_path / "ck"
+    hooked = environment(**{run_control.SELF_SIGNAL_ENV: f"35:{name}"})
+    stopped = train(directory, *RUN, "--cpu-towers", str(towers), "--steps", str(STEPS),
+                    env=hooked)
+    signum = getattr(signal, name)
+    assert stopped.returncode == 128 + signum, stopped.stderr
+    assert stopped.stdout.startswith("interrupted at step 35 (epoch 2); resume with: "
+                                     "towerflow train digits ")
+    assert "Traceback" not in stopped.stderr
+    assert latest_checkpoint(str(directory)).endswith("model-35.npz")
+    resumed = subprocess.run([*PYTHON, "train", *resume_from(stopped)], check=False,
+                             capture_output=True,
+                             text=True, timeout=300, env=environment())
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(outcome(directory), straight(towers))
+
+
+def test_sigint_from_outside_then_resume_is_the_straight_run(tmp_path, straight):
+    directory, steps = tmp_path / "ck", 200
+    line = [*PYTHON, "train", *RUN, "--cpu-towers", "1", "--steps", str(steps),
+            "--checkpoint-dir", str(directory), "--json-out", str(directory) + ".json"]
+    process = subprocess.Popen(line, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment())
+    wait_for(directory / "model-23.npz", process)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    step = int(out.split("interrupted at step ")[1].split()[0])
+    assert 23 <= step < steps
+    resumed = train(directory, "digits", "--cpu-towers", "1", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(outcome(directory), straight(1, steps))
+
+
+def wait_for(path, process, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.02)
+
+
+def test_steps_is_the_runs_total(tmp_path, straight):
+    directory = tmp_path / "ck"
+    assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "30").returncode == 0
+    again = train(directory, "digits", "--cpu-towers", "1", "--resume")
+    assert again.returncode == 0
+    assert again.stdout.strip() == (f"towerflow: the run in {directory} already reached its "
+                                    "end (step 30 of 30); nothing to do")
+    longer = train(directory, "digits", "--cpu-towers", "1", "--steps", "60", "--resume")
+    assert longer.returncode == 2
+    assert longer.stderr.count("\n") == 1 and "add --extend" in longer.stderr
+    extended = train(directory, "digits", "--cpu-towers", "1", "--steps", "60", "--resume",
+                     "--extend")
+    assert extended.returncode == 0, extended.stderr
+    assert outcome(directory)[1] == 60                  # the total, not 30 more
+
+
+def test_a_clock_checkpoint_mid_epoch_resumes_exactly(tmp_path, straight):
+    directory = tmp_path / "ck"
+    killed = environment(**{run_control.SELF_SIGNAL_ENV: "37:SIGKILL"})
+    died = train(directory, *RUN, "--cpu-towers", "2", "--steps", str(STEPS),
+                 "--checkpoint-every", "10", "--keep-checkpoints", "2", env=killed)
+    assert died.returncode == -signal.SIGKILL
+    kept = sorted(path.name for path in directory.glob("model-*.npz"))
+    assert kept == ["model-20.npz", "model-30.npz"]      # mid-epoch 2; the last 2 kept
+    resumed = train(directory, "digits", "--cpu-towers", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(outcome(directory), straight(2))
+
+
+KILL_IN_SECOND_WRITE = """
+import os, signal, sys
+from towerflow import cli
+from towerflow.train import checkpoint_format
+renames = []
+def replace(source, target):
+    renames.append(target)
+    if target.endswith('model-20.npz'):          # written in full, not yet renamed
+        os.kill(os.getpid(), signal.SIGKILL)
+    return os.rename(source, target)
+checkpoint_format.os.replace = replace
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path, straight):
+    directory = tmp_path / "ck"
+    line = [sys.executable, "-c", KILL_IN_SECOND_WRITE, "train", *RUN, "--cpu-towers", "2",
+            "--steps", str(STEPS), "--checkpoint-every", "10",
+            "--checkpoint-dir", str(directory), "--json-out", str(directory) + ".json"]
+    died = subprocess.run(line, check=False, capture_output=True, text=True, timeout=300,
+                          env=environment())
+    assert died.returncode == -signal.SIGKILL
+    assert latest_checkpoint(str(directory)).endswith("model-10.npz")
+    resumed = train(directory, "digits", "--cpu-towers", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(outcome(directory), straight(2))
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda d: None, "does not exist"),
+    (lambda d: d.mkdir(), "has no checkpoint index file"),
+    (lambda d: (d.mkdir(), (d / "checkpoint").write_text("")), "has no checkpoint index"),
+])
+def test_resume_without_a_checkpoint_is_refused(tmp_path, setup, message):
+    directory = tmp_path / "ck"
+    setup(directory)
+    refused = train(directory, "digits", "--cpu-towers", "1", "--resume")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("towerflow: error: --resume: ") and message in refused.stderr
+    assert refused.stderr.count("\n") == 1
+
+
+def test_a_new_run_never_writes_over_another_runs_checkpoints(tmp_path):
+    directory = tmp_path / "ck"
+    assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5").returncode == 0
+    (directory / "checkpoint").unlink()                 # the index lost, the files kept
+    before = (directory / "model-5.npz").read_bytes()
+    for extra in ([], ["--resume"]):
+        refused = train(directory, *RUN, "--cpu-towers", "1", "--steps", "9", *extra)
+        assert refused.returncode == 2 and "model-5.npz" in refused.stderr
+    assert (directory / "model-5.npz").read_bytes() == before
+
+
+def test_resume_refuses_a_changed_option_that_defines_the_run(tmp_path):
+    directory = tmp_path / "ck"
+    assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5").returncode == 0
+    for option in (["--seed", "4"], ["--batch-size", "32"], ["--precision", "mixed_float16"]):
+        refused = train(directory, "digits", "--cpu-towers", "1", "--steps", "9", "--resume",
+                        *option)
+        assert refused.returncode == 2
+        assert f"{option[0]} {option[1]} differs from the checkpoint" in refused.stderr
+
+
+def test_sigterm_to_the_launcher_stops_both_ranks_at_one_step(tmp_path):
+    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+    straight_dir, directory, steps = tmp_path / "straight", tmp_path / "ck", 120
+    args = [*RUN, "--cpu-towers", "1", "--steps", str(steps)]
+    assert train(straight_dir, *args, launch=True).returncode == 0
+    line = [*PYTHON, "launch", "-n", "2", "--", *PYTHON, "train", *args,
+            "--checkpoint-dir", str(directory), "--json-out", str(directory) + ".json"]
+    launcher = subprocess.Popen(line, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=environment())
+    wait_for(directory / "model-23.npz", launcher)
+    launcher.send_signal(signal.SIGTERM)
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 143, err
+    lines = [line for line in out.splitlines() if line.startswith("interrupted at step")]
+    assert len(lines) == 1 and "resume with: towerflow launch -n 2 -- towerflow train" in out
+    step = int(lines[0].split()[3])
+    written = sorted(int(path.stem.split("-")[1]) for path in directory.glob("model-*.npz"))
+    assert written[-1] == step and step not in written[:-1]     # one checkpoint, at step
+    assert "timed out" not in err and "Traceback" not in err
+    resumed = train(directory, "digits", "--cpu-towers", "1", "--resume", launch=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(outcome(directory), outcome(straight_dir))
+
+
+def test_a_signal_to_one_rank_stops_every_rank_at_its_step(tmp_path):
+    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+    directory = tmp_path / "ck"
+    only_rank_1 = environment(**{run_control.SELF_SIGNAL_ENV: "30:SIGTERM:1"},
+                              TOWERFLOW_COLLECTIVE_TIMEOUT="20")
+    stopped = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS),
+                    env=only_rank_1, launch=True)
+    assert "interrupted at step 30 (epoch 2)" in stopped.stdout, stopped.stderr
+    assert "Traceback" not in stopped.stderr and "timed out" not in stopped.stderr
+    written = sorted(int(path.stem.split("-")[1]) for path in directory.glob("model-*.npz"))
+    assert written == [23, 30]                          # rank 0 wrote the stop's checkpoint

@@ -1,0 +1,130 @@
+"""A training run's defining options and its length, saved in every checkpoint
+so that ``--resume`` continues the same run: the same model, data order and
+learning-rate schedule, to the same end.
+
+``--steps N`` and ``--epochs N`` are the run's *total* length (the smaller
+when both are given); the schedule spans it. On resume, options not given
+come from the checkpoint; a given one that differs is refused, except the
+length with ``extend=True``::
+
+    record = resolve(recipe, options, checkpoint_dir, resume)   # a dict
+    total = total_steps(record, batches_per_epoch)
+"""
+
+import glob
+import os
+
+from .train.checkpoint_format import (get_checkpoint_state, latest_checkpoint,
+                                      read_checkpoint)
+
+# The options that define the model and the data order (besides the length).
+DEFINING = ("recipe", "batch_size", "seed", "precision")
+
+
+class RunAlreadyFinished(Exception):
+    """``--resume`` of a run whose checkpoint is at (or past) the run's end."""
+
+
+def resolve(recipe, options, checkpoint_dir, resume, extend=False):
+    """The run's record: ``options`` (recipe, batch_size, seed, precision,
+    steps, epochs; None where not given) completed from the checkpoint on
+    resume, or from the recipe's defaults on a fresh start; and the checkpoint
+    to restore (a ``Checkpoint`` without its variables; None on a fresh start).
+
+    >>> resolve(digits.RECIPE, {"steps": 60, ...}, "ck", resume=False)
+    ({'recipe': 'digits', 'batch_size': 64, 'seed': 0, ..., 'steps': 60}, None)
+    
+    """
+    if not resume:
+        _check_fresh_directory(checkpoint_dir)
+        return _fresh(recipe, options), None
+    path = resume_checkpoint(checkpoint_dir)
+    saved = read_checkpoint(path, with_variables=False)
+    record = saved.extra_state.get("run")
+    if record is None:      # written before run records: the options as given
+        return _fresh(recipe, options), saved
+    return _merged(dict(record), options, path, extend), saved
+
+
+def _fresh(recipe, options):
+    record = dict(options, recipe=recipe.name)
+    record["batch_size"] = int(record.get("batch_size") or recipe.defaults["batch_size"])
+    record["seed"] = int(record.get("seed") or 0)
+    record["precision"] = record.get("precision") or "float32"
+    if not record.get("steps") and not record.get("epochs"):
+        record["epochs"] = int(recipe.defaults["epochs"])
+    return record
+
+
+def _merged(record, options, path, extend):
+    for name in DEFINING:
+        given = options.get(name)
+        if given is not None and given != record[name]:
+            raise ValueError(f"{_flag(name)} {given} differs from the checkpoint {path} "
+                             f"({_flag(name)} {record[name]}); a resumed run keeps the "
+                             "options that define its model and data")
+    length = {name: options.get(name) for name in ("steps", "epochs")}
+    if any(length.values()) and length != {name: record.get(name) for name in length}:
+        if not extend:
+            raise ValueError(f"{_describe(length)} changes the length of the run in "
+                             f"{path} ({_describe(record)}); resume without --steps and "
+                             "--epochs to finish it, or add --extend to continue it to "
+                             "the new length (its schedule then spans the new length)")
+        record.update(length)
+    return record
+
+
+def total_steps(record, batches_per_epoch):
+    """The run's length in steps: --steps, --epochs, or the smaller of both."""
+    bounds = [int(record["steps"])] if record.get("steps") else []
+    if record.get("epochs"):
+        bounds.append(int(record["epochs"]) * batches_per_epoch)
+    return min(bounds)
+
+
+def resume_checkpoint(checkpoint_dir):
+    """The newest good checkpoint of ``checkpoint_dir`` for --resume;
+    FileNotFoundError (one line) when there is none to resume from, so a
+    resumed run never starts again from step 0 over good files."""
+    if not checkpoint_dir:
+        raise ValueError("--resume needs --checkpoint-dir")
+    if not os.path.isdir(checkpoint_dir):
+        raise FileNotFoundError(f"--resume: --checkpoint-dir {checkpoint_dir!r} does not "
+                                "exist; drop --resume to start a new run")
+    state = get_checkpoint_state(checkpoint_dir)
+    if state is None or not state.model_checkpoint_path:
+        raise FileNotFoundError(f"--resume: {checkpoint_dir!r} has no checkpoint index "
+                                f"file 'checkpoint' listing a checkpoint{_found(checkpoint_dir)}")
+    path = latest_checkpoint(checkpoint_dir)
+    if path is None:
+        raise FileNotFoundError(f"--resume: no checkpoint listed in "
+                                f"{os.path.join(checkpoint_dir, 'checkpoint')} is readable")
+    return path
+
+
+def _check_fresh_directory(checkpoint_dir):
+    """A new run must not write over (and later delete) another run's files."""
+    if checkpoint_dir and _model_files(checkpoint_dir):
+        raise ValueError(f"--checkpoint-dir {checkpoint_dir!r} already holds checkpoints "
+                         f"({', '.join(_model_files(checkpoint_dir)[:3])}); add --resume to "
+                         "continue that run, or choose another directory")
+
+
+def _model_files(directory):
+    return sorted(os.path.basename(path)
+                  for path in glob.glob(os.path.join(glob.escape(directory), "model-*.npz")))
+
+
+def _found(directory):
+    files = _model_files(directory)
+    return f" (it holds {', '.join(files[:3])})" if files else ""
+
+
+def _describe(length):
+    parts = [f"{_flag(name)} {length[name]}" for name in ("steps", "epochs")
+             if length.get(name)]
+    return " ".join(parts)
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
