@@ -31,6 +31,9 @@ def add_train_parser(commands):
     train.add_argument("--resume", action="store_true")
     train.add_argument("--log-device-placement", action="store_true")
     train.add_argument("--json-out")
+    train.add_argument("--log-every", type=int, metavar="STEPS",
+                       help="a training-curve row every STEPS steps (default: about 50 "
+                            "rows a run)")
     train.add_argument("--quiet", action="store_true")
     devices = commands.add_parser("devices", help="the devices towerflow sees, and why "
                                                   "no GPU is usable if none is")
@@ -40,6 +43,9 @@ def add_train_parser(commands):
 def run_train(args):
     from . import recipes, training
     recipe = recipes.get(args.recipe)
+    if args.log_every is not None:
+        from .curves import check_log_every
+        check_log_every(args.log_every)
     if args.data_dir and not os.path.isdir(args.data_dir):
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} is not a directory")
     if getattr(recipe, "kind", None) == "script":
@@ -51,7 +57,7 @@ def run_train(args):
                           seed=args.seed, data_dir=args.data_dir,
                           checkpoint_dir=args.checkpoint_dir, resume=args.resume,
                           log_device_placement=args.log_device_placement,
-                          quiet=args.quiet, json_out=args.json_out)
+                          quiet=args.quiet, json_out=args.json_out, log_every=args.log_every)
     if not args.quiet:
         print(f"{result['recipe']}: test accuracy {result['test_accuracy']:.4f}, "
               f"{result['samples_per_sec']:.0f} samples/s on {result['towers']} towers "
@@ -64,7 +70,7 @@ def run_train(args):
 _UNSET = {"devices": None, "towers": None, "cpu_towers": None, "all_reduce": "auto",
           "batch_size": None, "epochs": None, "steps": None, "data_dir": None,
           "checkpoint_dir": None, "resume": False, "log_device_placement": False,
-          "precision": "float32"}
+          "precision": "float32", "log_every": None}
 
 
 def run_script(recipe, args):

@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
+from . import curves, losses, mixed_precision, progress
 from . import data as data_module
-from . import losses, mixed_precision, progress
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
@@ -31,12 +31,14 @@ EVAL_BATCH = 1000
 
 def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=None,
         seed=0, data_dir=None, checkpoint_dir=None, resume=False,
-        log_device_placement=False, quiet=False, json_out=None, precision="float32"):
+        log_device_placement=False, quiet=False, json_out=None, precision="float32",
+        log_every=None):
     """Train ``recipe`` on ``devices`` (one tower each); returns the summary dict
     (the keys of ``--json-out``). ``precision``: 'float32', 'mixed_float16'
     or 'mixed_bfloat16': the mixed-precision policy while the model is built,
     and the policy's loss scaling (dynamic for float16, none for bfloat16;
-    see towerflow.mixed_precision)."""
+    see towerflow.mixed_precision). ``log_every``: steps per row of the
+    training curve (default: about 50 rows a run; see towerflow.curves)."""
     splits = recipe.load(data_dir)
     batch_size = int(batch_size or recipe.defaults["batch_size"])
     epochs = int(epochs or recipe.defaults["epochs"])
@@ -52,8 +54,9 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
         model.normalisation = normalisation
         sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
         first_epoch = _start(sess, model, pipeline, checkpoint_dir, resume)
+        recorder = _recorder(model, pipeline, checkpoint_dir, log_every, epochs, steps)
         result = _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, steps,
-                        checkpoint_dir, quiet or not model.is_chief)
+                        checkpoint_dir, quiet or not model.is_chief, recorder)
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
                   all_reduce=model.strategy.communicator.name, precision=precision)
     if json_out and model.is_chief:
@@ -124,10 +127,12 @@ def _loss(logits, labels, classes, label_smoothing):
 
 def _start(sess, model, pipeline, checkpoint_dir, resume):
     """Restore the latest checkpoint (resume) or initialise; the first epoch to run."""
+    model.curve_state = None
     if resume and checkpoint_dir:
         restored = model.saver.restore_latest(sess, checkpoint_dir)
         if restored.path is not None:
             pipeline.restore(restored.extra_state["pipeline"])
+            model.curve_state = restored.extra_state.get("curves")
             return int(restored.extra_state["epoch"])
     elif resume:
         raise ValueError("--resume needs --checkpoint-dir")
@@ -136,10 +141,20 @@ def _start(sess, model, pipeline, checkpoint_dir, resume):
     return 0
 
 
+def _recorder(model, pipeline, checkpoint_dir, log_every, epochs, steps):
+    """The run's curves.Recorder, continuing a resumed run's running means."""
+    per_epoch = pipeline.batches_per_epoch
+    total = min(steps or epochs * per_epoch, epochs * per_epoch)
+    state = pipeline.state()
+    done = state["epoch"] * per_epoch + state["position"] // state["batch_size"]
+    curve = curves.Curve(checkpoint_dir) if checkpoint_dir and model.is_chief else None
+    cadence = curves.choose_log_every(log_every, model.curve_state, total)
+    return curves.Recorder(curve, cadence, per_epoch, done, model.curve_state)
+
+
 def _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, max_steps,
-           checkpoint_dir, quiet):
+           checkpoint_dir, quiet, recorder):
     step_fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
-    curve = progress.Curve(checkpoint_dir) if checkpoint_dir and model.is_chief else None
     start, examples, steps_done, last_loss = time.perf_counter(), 0, 0, None
     test_accuracy = None   # evaluated after each epoch; after the loop only if none ran
     for epoch in range(first_epoch, epochs):
@@ -149,24 +164,28 @@ def _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, max_steps
                 _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed)
                 examples += len(labels)
                 steps_done += 1
-                bar.update(last_loss, accuracy, examples / (time.perf_counter() - start))
+                means = recorder.add_step(last_loss, accuracy, len(labels))
+                bar.update(means.loss, means.accuracy,
+                           examples / (time.perf_counter() - start))
                 if max_steps and steps_done >= max_steps:
                     break
         stopped = bool(max_steps) and steps_done >= max_steps
         finished = pipeline.epochs_completed > epoch
         test_accuracy = evaluate(sess, model, splits.test)
-        _end_of_epoch(sess, model, pipeline, curve, epoch, finished,
-                      (last_loss, accuracy, test_accuracy), checkpoint_dir, quiet)
+        means = recorder.end_epoch(epoch, finished, test_accuracy)
+        _end_of_epoch(sess, model, pipeline, recorder, epoch, finished,
+                      (means.loss, means.accuracy, test_accuracy), checkpoint_dir, quiet)
         if stopped:
             break
     wall = time.perf_counter() - start
     return {"steps": int(sess.run(model.global_step)), "final_loss": _float(last_loss),
+            **recorder.summary(),
             "test_accuracy": _float(test_accuracy if test_accuracy is not None
                                     else evaluate(sess, model, splits.test)),
             "samples_per_sec": examples / wall if wall else 0.0, "wall_seconds": wall}
 
 
-def _end_of_epoch(sess, model, pipeline, curve, epoch, finished, figures, checkpoint_dir,
+def _end_of_epoch(sess, model, pipeline, recorder, epoch, finished, figures, checkpoint_dir,
                   quiet):
     """Report and record a finished epoch; checkpoint (mid-epoch too, when --steps
     stopped the run there: the pipeline state resumes the rest of the epoch)."""
@@ -174,11 +193,10 @@ def _end_of_epoch(sess, model, pipeline, curve, epoch, finished, figures, checkp
     if finished and not quiet:
         print(f"epoch {epoch + 1}: loss {loss:.4f}  train accuracy {accuracy:.4f}  "
               f"test accuracy {test_accuracy:.4f}", flush=True)
-    if finished and curve is not None:
-        curve.add(epoch + 1, int(sess.run(model.global_step)), loss, accuracy, test_accuracy)
     if checkpoint_dir and model.is_chief:
         os.makedirs(checkpoint_dir, exist_ok=True)
-        state = {"epoch": epoch + 1 if finished else epoch, "pipeline": pipeline.state()}
+        state = {"epoch": epoch + 1 if finished else epoch, "pipeline": pipeline.state(),
+                 "curves": recorder.state()}
         model.saver.save(sess, os.path.join(checkpoint_dir, "model"),
                          global_step=model.global_step, extra_state=state)
 
