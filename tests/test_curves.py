@@ -184,3 +184,13 @@ def test_log_every_not_a_number_and_on_a_script_recipe_are_refused():
     assert done.returncode == 2 and "does not use --log-every" in done.stderr
     with pytest.raises(ValueError, match="--log-every needs .* got 2.5"):
         curves.check_log_every(2.5)
+
+
+def test_a_curve_written_before_step_rows_is_carried_over_as_epoch_rows(tmp_path):
+    (tmp_path / "training_curve.csv").write_text(
+        "epoch,step,loss,train_accuracy,test_accuracy\n"
+        "1,23,2.000000,0.400000,0.500000\n2,46,0.600000,0.800000,0.900000\n")
+    curve = curves.Curve(str(tmp_path))
+    curves.Recorder(curve, 5, STEPS_PER_EPOCH, batches_done=23)     # resuming at step 23
+    assert curve.rows() == [{"kind": "epoch", "epoch": 1.0, "step": 23.0, "samples": None,
+                             "loss": 2.0, "train_accuracy": 0.4, "test_accuracy": 0.5}]
