@@ -43,6 +43,9 @@ def add_train_parser(commands):
                        help="keep the last K checkpoints (default 3)")
     train.add_argument("--log-device-placement", action="store_true")
     train.add_argument("--json-out")
+    train.add_argument("--log-every", type=int, metavar="STEPS",
+                       help="a training-curve row every STEPS steps (default: about 50 "
+                            "rows a run)")
     train.add_argument("--quiet", action="store_true")
     devices = commands.add_parser("devices", help="the devices towerflow sees, and why "
                                                   "no GPU is usable if none is")
@@ -52,6 +55,9 @@ def add_train_parser(commands):
 def run_train(args):
     from . import recipes, run_control, run_record, training
     recipe = recipes.get(args.recipe)
+    if args.log_every is not None:
+        from .curves import check_log_every
+        check_log_every(args.log_every)
     if args.data_dir and not os.path.isdir(args.data_dir):
         raise FileNotFoundError(f"--data-dir {args.data_dir!r} is not a directory")
     if getattr(recipe, "kind", None) == "script":
@@ -79,7 +85,7 @@ def run_train(args):
 def _fit_options(args):
     names = ("all_reduce", "batch_size", "epochs", "steps", "precision", "seed", "data_dir",
              "checkpoint_dir", "resume", "extend", "checkpoint_every", "checkpoint_secs",
-             "keep_checkpoints", "log_device_placement", "quiet", "json_out")
+             "keep_checkpoints", "log_device_placement", "quiet", "json_out", "log_every")
     return {name: getattr(args, name) for name in names}
 
 
@@ -131,7 +137,7 @@ _UNSET = {"devices": None, "towers": None, "cpu_towers": None, "all_reduce": "au
           "batch_size": None, "epochs": None, "steps": None, "data_dir": None,
           "checkpoint_dir": None, "resume": False, "log_device_placement": False,
           "precision": None, "extend": False, "checkpoint_every": None,
-          "checkpoint_secs": None, "keep_checkpoints": 3}
+          "checkpoint_secs": None, "keep_checkpoints": 3, "log_every": None}
 
 
 def run_script(recipe, args):

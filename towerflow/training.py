@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from . import data as data_module
-from . import losses, mixed_precision, progress, run_control, run_record
+from . import curves, losses, mixed_precision, progress, run_control, run_record
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
@@ -32,7 +32,8 @@ EVAL_BATCH = 1000
 def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=None,
         seed=None, data_dir=None, checkpoint_dir=None, resume=False,
         log_device_placement=False, quiet=False, json_out=None, precision=None,
-        checkpoint_every=None, checkpoint_secs=None, keep_checkpoints=3, extend=False):
+        checkpoint_every=None, checkpoint_secs=None, keep_checkpoints=3, extend=False,
+        log_every=None):
     """Train ``recipe`` on ``devices`` (one tower each); returns the summary dict
     (the keys of ``--json-out``). ``steps`` and ``epochs`` are the run's total
     length (the smaller when both are given; default: the recipe's epochs) and
@@ -42,7 +43,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     'mixed_bfloat16' (see towerflow.mixed_precision). Checkpoints: every
     ``checkpoint_every`` steps and/or ``checkpoint_secs`` seconds (default:
     each epoch's end), at the end, and on SIGINT/SIGTERM, which raise
-    ``run_control.Interrupted`` after that checkpoint.
+    ``run_control.Interrupted`` after that checkpoint. ``log_every``: steps per
+    row of the training curve (default: about 50 rows a run; towerflow.curves).
 
     >>> fit(digits.RECIPE, ['/cpu:0'], steps=60, checkpoint_dir='ck')['steps']
     60
@@ -68,11 +70,13 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
         model.normalisation = {key: pipeline_options[key] for key in ("mean", "std", "scale")
                                if key in pipeline_options}
         sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
-        _start(sess, model, pipeline, saved)
+        curve_state = _start(sess, model, pipeline, saved)
         plan = _Model(total=total, record=record, checkpoint_dir=checkpoint_dir,
                       clock=run_control.CheckpointClock(checkpoint_every, checkpoint_secs),
                       quiet=quiet or not model.is_chief,
-                      saved_path=saved.path if saved is not None else None)
+                      saved_path=saved.path if saved is not None else None,
+                      recorder=_recorder(model, pipeline, checkpoint_dir, log_every, total,
+                                         curve_state))
         try:
             result = _train(sess, model, pipeline, splits, plan)
         finally:
@@ -146,24 +150,35 @@ def _loss(logits, labels, classes, label_smoothing):
 
 
 def _start(sess, model, pipeline, saved):
-    """Restore ``saved`` (a checkpoint, on resume) or initialise the variables."""
+    """Restore ``saved`` (a checkpoint, on resume) or initialise the variables;
+    returns the saved curves' state (None for a fresh run)."""
     if saved is None:
         from .ops.state_ops import global_variables_initializer
         sess.run(global_variables_initializer())
-        return
+        return None
     extra_state = model.saver.restore(sess, saved.path)
     pipeline.restore(extra_state["pipeline"])
     listed = get_checkpoint_state(os.path.dirname(saved.path))
     model.saver.recover_last_checkpoints(
         [path for path in listed.all_model_checkpoint_paths if os.path.exists(path)])
+    return extra_state.get("curves")
+
+
+def _recorder(model, pipeline, checkpoint_dir, log_every, total, state):
+    """The run's curves.Recorder, continuing a resumed run's running means."""
+    position = pipeline.state()
+    done = position["epoch"] * pipeline.batches_per_epoch + \
+        position["position"] // position["batch_size"]
+    curve = curves.Curve(checkpoint_dir) if checkpoint_dir and model.is_chief else None
+    cadence = curves.choose_log_every(log_every, state, total)
+    return curves.Recorder(curve, cadence, pipeline.batches_per_epoch, done, state)
 
 
 def _train(sess, model, pipeline, splits, plan):
     """Steps to ``plan.total``, checkpointing on ``plan.clock``; on a signal
     agreed by every rank, a checkpoint and ``run_control.Interrupted``."""
     step_fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
-    plan.curve = (progress.Curve(plan.checkpoint_dir)
-                  if plan.checkpoint_dir and model.is_chief else None)
+    recorder = plan.recorder
     step = first_step = int(sess.run(model.global_step))
     start, examples, last_loss, test_accuracy = time.perf_counter(), 0, None, None
     hook, plan.saved_step = run_control.self_signal_hook(), first_step
@@ -177,7 +192,9 @@ def _train(sess, model, pipeline, splits, plan):
                     feed = {model.images: images, model.labels: labels, model.training: True}
                     _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed)
                     step, examples = step + 1, examples + len(labels)
-                    bar.update(last_loss, accuracy, examples / (time.perf_counter() - start))
+                    means = recorder.add_step(last_loss, accuracy, len(labels))
+                    bar.update(means.loss, means.accuracy,
+                               examples / (time.perf_counter() - start))
                     run_control.maybe_signal_self(hook, step)
                     stop = run_control.agreed_stop(signals, model.strategy)
                     if stop or step >= plan.total:
@@ -185,15 +202,16 @@ def _train(sess, model, pipeline, splits, plan):
                     if plan.clock.due(step, epoch_ended=False):
                         _save(sess, model, pipeline, plan, step)
             ended = pipeline.epochs_completed > epoch
-            if ended:
+            if ended or step >= plan.total:      # a run may end mid-epoch (--steps)
                 test_accuracy = evaluate(sess, model, splits.test)
-                _end_of_epoch(model, plan, epoch, step, (last_loss, accuracy, test_accuracy))
+                means = recorder.end_epoch(epoch, ended, test_accuracy)
+                _end_of_epoch(plan, epoch, ended, (means.loss, means.accuracy, test_accuracy))
             if stop or step >= plan.total or plan.clock.due(step, ended):
                 _save(sess, model, pipeline, plan, step)
             if stop:
                 raise run_control.Interrupted(stop, step, epoch + 1, plan.saved_path)
     wall = time.perf_counter() - start
-    return {"steps": step, "final_loss": _float(last_loss),
+    return {"steps": step, "final_loss": _float(last_loss), **recorder.summary(),
             "test_accuracy": _float(test_accuracy if test_accuracy is not None
                                     else evaluate(sess, model, splits.test)),
             "samples_per_sec": examples / wall if wall else 0.0, "wall_seconds": wall}
@@ -204,14 +222,13 @@ def _epochs(plan, pipeline):
     return -(-plan.total // pipeline.batches_per_epoch)
 
 
-def _end_of_epoch(model, plan, epoch, step, figures):
-    """Report and record a finished epoch."""
+def _end_of_epoch(plan, epoch, finished, figures):
+    """Report a finished epoch: its means over the epoch's samples (the
+    recorder wrote its curve row)."""
     loss, accuracy, test_accuracy = figures
-    if not plan.quiet:
+    if finished and not plan.quiet:
         print(f"epoch {epoch + 1}: loss {loss:.4f}  train accuracy {accuracy:.4f}  "
               f"test accuracy {test_accuracy:.4f}", flush=True)
-    if plan.curve is not None:
-        plan.curve.add(epoch + 1, step, loss, accuracy, test_accuracy)
 
 
 def _save(sess, model, pipeline, plan, step):
@@ -223,7 +240,7 @@ def _save(sess, model, pipeline, plan, step):
         return
     os.makedirs(plan.checkpoint_dir, exist_ok=True)
     state = {"epoch": pipeline.epochs_completed, "pipeline": pipeline.state(),
-             "run": plan.record}
+             "run": plan.record, "curves": plan.recorder.state()}
     plan.saved_path = model.saver.save(sess, os.path.join(plan.checkpoint_dir, "model"),
                                        global_step=step, extra_state=state)
     plan.saved_step = step
