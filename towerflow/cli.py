@@ -54,14 +54,22 @@ def _split_command(argv):
     return argv[argv.index("--") + 1:], argv[:argv.index("--")]
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """argparse's ``towerflow train: error: ...`` line without the usage block
+    above it: a bad value is one line, as every other towerflow error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser():
-    parser = argparse.ArgumentParser(prog="towerflow", description="towerflow command line")
+    parser = _OneLineErrors(prog="towerflow", description="towerflow command line")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("demo", help="the device model on logical CPUs (default)")
     launch = commands.add_parser(
         "launch", help="run a program on N MPI ranks: towerflow launch -n 2 -- python t.py")
-    launch.add_argument("-n", "--num-ranks", type=int, required=True)
-    launch.add_argument("--timeout", type=float, default=None,
+    launch.add_argument("-n", "--num-ranks", type=cli_train.positive_int, required=True)
+    launch.add_argument("--timeout", type=cli_train.positive_seconds, default=None,
                         help="seconds a collective waits for its peers (default 60)")
     cli_train.add_train_parser(commands)
     cli_bench.add_bench_parser(commands)

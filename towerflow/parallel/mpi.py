@@ -23,6 +23,7 @@ towerflow/launch.py); plain ``mpiexec -n N python train.py`` works too.
 """
 
 import atexit
+import math
 import os
 import sys
 import time
@@ -31,10 +32,47 @@ import numpy as np
 
 from .. import errors
 
-# Seconds a collective waits for its peers (TOWERFLOW_COLLECTIVE_TIMEOUT overrides).
-DEFAULT_TIMEOUT = float(os.environ.get("TOWERFLOW_COLLECTIVE_TIMEOUT", 60.0))
+# Seconds a collective waits for its peers (TOWERFLOW_COLLECTIVE_TIMEOUT overrides;
+# read when a communicator is made, so a bad value never breaks `import towerflow`).
+DEFAULT_TIMEOUT = 60.0
+TIMEOUT_VARIABLE = "TOWERFLOW_COLLECTIVE_TIMEOUT"
 _ARRIVAL_TAG = 7301
 _POLL_SECONDS = 0.0005
+
+
+def checked_timeout(seconds, described=None):
+    """``seconds`` as a float if it is a positive finite number of seconds, else
+    ValueError starting with ``described`` (default: ``timeout <value>``).
+
+    Example::
+
+        >>> checked_timeout("30")
+        30.0
+    """
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{described or f'timeout {seconds!r}'}: expected a positive finite number of "
+                         "seconds, e.g. 60")
+    return value
+
+
+def resolve_timeout(timeout=None):
+    """``timeout`` checked; None means TOWERFLOW_COLLECTIVE_TIMEOUT, else 60 s.
+
+    Example::
+
+        >>> resolve_timeout(None)    # TOWERFLOW_COLLECTIVE_TIMEOUT unset
+        60.0
+    """
+    if timeout is not None:
+        return checked_timeout(timeout)
+    if TIMEOUT_VARIABLE in os.environ:
+        raw = os.environ[TIMEOUT_VARIABLE]
+        return checked_timeout(raw, f"{TIMEOUT_VARIABLE}={raw!r}")
+    return DEFAULT_TIMEOUT
 
 
 def launched_under_mpi():

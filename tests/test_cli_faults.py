@@ -1,0 +1,63 @@
+"""Faults a user can type or provoke at the command line (issue 14): bad option
+values, a bad TOWERFLOW_COLLECTIVE_TIMEOUT, output paths that cannot be
+written. Each ends in one line naming the value or path, never a traceback,
+and never silently falls back to a default."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "towerflow", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, check=False)
+
+
+def error_lines(done):
+    return [line for line in done.stderr.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--batch-size", "0"), ("--epochs", "0"), ("--steps", "0"), ("--towers", "0"),
+    ("--cpu-towers", "0"), ("--steps", "-3"), ("--batch-size", "many"),
+])
+def test_train_option_values_are_checked_at_parse_time(option, value):
+    done = run_cli("train", "digits", option, value)
+    assert done.returncode == 2
+    shown = value if value.lstrip("-").isdigit() else repr(value)
+    assert error_lines(done) == [
+        (f"towerflow train: error: argument {option}: invalid value {shown}: expected a "
+         "whole number >= 1 (see towerflow train --help)")]
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+def test_launch_timeout_must_be_a_positive_finite_number(value):
+    done = run_cli("launch", "-n", "2", f"--timeout={value}", "--", "true")
+    assert done.returncode == 2
+    assert error_lines(done) == [
+        (f"towerflow launch: error: argument --timeout: invalid value {value!r}: "
+         "expected a positive finite number of seconds, e.g. 60 (see towerflow launch "
+         "--help)")]
+
+
+def test_a_bad_collective_timeout_variable_is_named_not_a_crash_at_import():
+    env = dict(os.environ, TOWERFLOW_COLLECTIVE_TIMEOUT="abc")
+    imported = subprocess.run([sys.executable, "-c", "import towerflow"], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert imported.returncode == 0, imported.stderr
+    done = run_cli("train", "digits", "--cpu-towers", "1", "--steps", "1", "--quiet", env=env)
+    assert done.returncode == 2
+    assert error_lines(done) == [
+        ("towerflow: error: TOWERFLOW_COLLECTIVE_TIMEOUT='abc': expected a positive finite "
+         "number of seconds, e.g. 60")]
+
+
+def test_the_collective_timeout_variable_sets_the_default(monkeypatch):
+    from towerflow.parallel import mpi
+    monkeypatch.setenv("TOWERFLOW_COLLECTIVE_TIMEOUT", "12.5")
+    assert mpi.resolve_timeout(None) == 12.5
+    assert mpi.resolve_timeout(3) == 3.0
+    with pytest.raises(ValueError, match=r"timeout -2: expected a positive finite"):
+        mpi.resolve_timeout(-2)
