@@ -26,7 +26,8 @@ def main(argv=None):
     except (ValueError, FileNotFoundError, RuntimeError, ImportError, OpError) as err:
         if debug:
             raise
-        print(f"towerflow: error: {err}", file=sys.stderr)
+        if not getattr(err, "printed_by_rank_0", False):
+            print(f"towerflow: error: {err}", file=sys.stderr)
         return 2
 
 

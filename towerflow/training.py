@@ -23,6 +23,7 @@ from . import losses, mixed_precision, progress
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
+from .parallel.agreement import check_ranks_agree
 from .session import ConfigProto, Session
 from .train import Saver, get_or_create_global_step
 
@@ -50,6 +51,10 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
             model = _build(recipe, splits, devices, all_reduce, seed, pipeline, epochs,
                            precision)
         model.normalisation = normalisation
+        check_ranks_agree(model.strategy, graph, {
+            "the recipe": recipe.name, "--batch-size": batch_size, "--epochs": epochs,
+            "--steps": steps, "--seed": seed, "--precision": precision, "--resume": resume,
+            "the training samples": len(splits.train.labels)})
         sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
         first_epoch = _start(sess, model, pipeline, checkpoint_dir, resume)
         result = _train(recipe, sess, model, pipeline, splits, first_epoch, epochs, steps,
