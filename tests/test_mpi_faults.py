@@ -5,8 +5,11 @@ rank_options.sh."""
 
 import gc
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import weakref
 from pathlib import Path
 
@@ -110,3 +113,53 @@ def test_buffers_of_a_timed_out_collective_outlive_it(monkeypatch):
     gc.collect()
     assert len(comm.handed_to_mpi) == 2
     assert all(reference() is not None for reference in comm.handed_to_mpi)
+
+
+def start_with_late_rank_1(tmp_path, what):
+    """Launch late_start.py; the launcher's stderr once rank 0 reported (None if it
+    never did: it hung) and the launcher's status."""
+    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--timeout", "5",
+               "--", sys.executable, str(PROGRAMS / "late_start.py"), str(tmp_path),
+               "--rank-1", what]
+    launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    lines, reported = [], threading.Event()
+    threading.Thread(target=_collect, args=(launcher.stderr, lines, reported),
+                     daemon=True).start()
+    if not reported.wait(timeout=60):
+        os.killpg(launcher.pid, signal.SIGKILL)
+    # a stopped rank outlives rank 0 and keeps mpiexec waiting: end it
+    stopped = tmp_path / "stopped.pid"
+    if stopped.exists():
+        _kill_quietly(int(stopped.read_text()))
+    try:
+        status = launcher.wait(timeout=60)
+    except subprocess.TimeoutExpired:   # hung: end the launcher, mpiexec and the ranks
+        os.killpg(launcher.pid, signal.SIGKILL)
+        status = None
+    return ("".join(lines) if reported.is_set() else None), status
+
+
+def _collect(stream, lines, reported):
+    for line in stream:
+        lines.append(line)
+        if "MPI start-up did not complete" in line:
+            reported.set()
+
+
+def _kill_quietly(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.parametrize("what, state", [("die", r"\(pid \d+\) died"),
+                                         ("stop", r"\(pid \d+\) is stopped")])
+def test_a_rank_lost_while_mpi_starts_is_named_within_the_timeout(tmp_path, what, state):
+    stderr, status = start_with_late_rank_1(tmp_path, what)
+    assert stderr is not None, "rank 0 hung in MPI start-up"
+    assert status != 0
+    assert re.search(r"towerflow: error: MPI start-up did not complete within 5 s on rank 0 "
+                     rf"of 2: rank 1 {state} \(TOWERFLOW_COLLECTIVE_TIMEOUT sets the limit\)",
+                     stderr), stderr

@@ -7,13 +7,16 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
 - ``--enable-recovery``, so when one rank dies the others are *not* killed
   by the launcher but report, through towerflow's deadlines, which rank
   stopped answering in which collective;
-- ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60).
+- ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60),
+  start-up included: a rank that dies or stops while MPI starts is named;
+- a rendezvous directory for the ranks' start-up markers, removed at the end.
 """
 
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -55,6 +58,19 @@ def launch_environment(timeout=None):
 
 
 def launch(num_ranks, command, timeout=None):
-    """Run ``command`` on ``num_ranks`` ranks; returns the launcher's exit code."""
+    """Run ``command`` on ``num_ranks`` ranks; returns the launcher's exit code.
+
+    Example::
+
+        >>> launch(2, ["python", "train.py"], timeout=30)
+        0
+    """
     line = mpiexec_command(num_ranks, command)
-    return subprocess.call(line, env=launch_environment(timeout))
+    env = launch_environment(timeout)
+    # the ranks' start-up markers (towerflow/parallel/mpi_startup.py)
+    with tempfile.TemporaryDirectory(prefix="towerflow-launch-") as rendezvous:
+        env["TOWERFLOW_RENDEZVOUS_DIR"] = rendezvous
+        status = subprocess.call(line, env=env)
+        start_up_failed = any(Path(rendezvous).glob("failed-rank-*"))
+    # NOTE: mpiexec exits 0 when the watchdog killed a rank stuck starting MPI
+    return 1 if status == 0 and start_up_failed else status

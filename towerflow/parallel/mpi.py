@@ -105,8 +105,10 @@ class MpiWorld:
 
     def __init__(self, comm=None):
         if comm is None:
+            from .mpi_startup import import_mpi
             try:
-                from mpi4py import MPI
+                MPI = import_mpi(resolve_timeout(), rank_from_environment(),
+                                 world_size_from_environment())
             except ImportError as err:
                 raise errors.UnavailableError(
                     None, None, "all_reduce='mpi' needs mpi4py: pip install "
