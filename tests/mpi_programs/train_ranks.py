@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
-from test_parallel import CLASSES, FEATURES, batches
-
-import towerflow as tf
-from towerflow.device import runtime
+import towerflow as tf  # noqa: E402
+from test_parallel import CLASSES, FEATURES, batches  # noqa: E402
+from towerflow.device import runtime  # noqa: E402
 
 
 def model(hidden_units):
