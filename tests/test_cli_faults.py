@@ -61,3 +61,38 @@ def test_the_collective_timeout_variable_sets_the_default(monkeypatch):
     assert mpi.resolve_timeout(3) == 3.0
     with pytest.raises(ValueError, match=r"timeout -2: expected a positive finite"):
         mpi.resolve_timeout(-2)
+
+
+def train_digits(*options, cwd, preexec_fn=None):
+    return subprocess.run([sys.executable, "-m", "towerflow", "train", "digits",
+                           "--cpu-towers", "1", "--steps", "2", "--quiet", *options],
+                          capture_output=True, text=True, timeout=120, cwd=cwd,
+                          preexec_fn=preexec_fn, check=False,
+                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
+
+
+@pytest.mark.parametrize("options, line", [
+    (["--checkpoint-dir", "a_file"],
+     "towerflow: error: 'a_file': --checkpoint-dir is a file, not a directory"),
+    (["--json-out", "a_dir"], "towerflow: error: 'a_dir': --json-out is a directory, not a file"),
+    (["--json-out", "a_file/result.json"],
+     "towerflow: error: '{tmp}/a_file': --json-out's folder is a file, not a directory"),
+], ids=["checkpoint-dir-is-a-file", "json-out-is-a-directory", "json-out-under-a-file"])
+def test_output_paths_are_checked_before_training(tmp_path, options, line):
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_dir").mkdir()
+    done = train_digits(*options, cwd=tmp_path)
+    assert done.returncode == 1
+    assert error_lines(done) == [line.format(tmp=tmp_path)], done.stderr
+    assert "all_reduce" not in done.stderr      # refused before any model was built
+
+
+def test_a_write_that_fails_midway_is_one_line_naming_the_path(tmp_path):
+    import resource
+
+    def small_files():      # checkpoints past 4 KB fail with EFBIG, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    done = train_digits("--checkpoint-dir", "ck", cwd=tmp_path, preexec_fn=small_files)
+    assert done.returncode == 1
+    assert error_lines(done)[-1] == "towerflow: error: 'ck': File too large", done.stderr
+    assert "Traceback" not in done.stderr

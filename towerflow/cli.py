@@ -23,12 +23,29 @@ def main(argv=None):
         argv.remove("--debug")
     try:
         return _dispatch(argv)
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError, OpError) as err:
+    except OSError as err:
+        if debug:
+            raise
+        return _report_os_error(err)
+    except (ValueError, RuntimeError, ImportError, OpError) as err:
         if debug:
             raise
         if not getattr(err, "printed_by_rank_0", False):
             print(f"towerflow: error: {err}", file=sys.stderr)
         return 2
+
+
+def _report_os_error(err):
+    """One line for an OSError: the path and what went wrong, status 1. towerflow's
+    own checks raise FileNotFoundError with a message and no path: status 2,
+    a usage error."""
+    if err.filename is None and isinstance(err, FileNotFoundError):
+        print(f"towerflow: error: {err}", file=sys.stderr)
+        return 2
+    where = f"{err.filename!r}: " if err.filename is not None else ""
+    also = f" (and {err.filename2!r})" if getattr(err, "filename2", None) else ""
+    print(f"towerflow: error: {where}{err.strerror or err}{also}", file=sys.stderr)
+    return 1
 
 
 def _dispatch(argv):

@@ -12,8 +12,10 @@ logits, the optimizer and its defaults. ``fit`` does the rest::
 """
 
 import contextlib
+import errno
 import json
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -38,6 +40,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     or 'mixed_bfloat16': the mixed-precision policy while the model is built,
     and the policy's loss scaling (dynamic for float16, none for bfloat16;
     see towerflow.mixed_precision)."""
+    check_output_paths(checkpoint_dir=checkpoint_dir, json_out=json_out)
     splits = recipe.load(data_dir)
     batch_size = int(batch_size or recipe.defaults["batch_size"])
     epochs = int(epochs or recipe.defaults["epochs"])
@@ -62,7 +65,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
                   all_reduce=model.strategy.communicator.name, precision=precision)
     if json_out and model.is_chief:
-        write_json(json_out, result)
+        with naming_path(json_out):
+            write_json(json_out, result)
     pipeline.close()
     return result
 
@@ -180,12 +184,14 @@ def _end_of_epoch(sess, model, pipeline, curve, epoch, finished, figures, checkp
         print(f"epoch {epoch + 1}: loss {loss:.4f}  train accuracy {accuracy:.4f}  "
               f"test accuracy {test_accuracy:.4f}", flush=True)
     if finished and curve is not None:
-        curve.add(epoch + 1, int(sess.run(model.global_step)), loss, accuracy, test_accuracy)
+        with naming_path(curve.csv_path):
+            curve.add(epoch + 1, int(sess.run(model.global_step)), loss, accuracy, test_accuracy)
     if checkpoint_dir and model.is_chief:
         os.makedirs(checkpoint_dir, exist_ok=True)
         state = {"epoch": epoch + 1 if finished else epoch, "pipeline": pipeline.state()}
-        model.saver.save(sess, os.path.join(checkpoint_dir, "model"),
-                         global_step=model.global_step, extra_state=state)
+        with naming_path(checkpoint_dir):
+            model.saver.save(sess, os.path.join(checkpoint_dir, "model"),
+                             global_step=model.global_step, extra_state=state)
 
 
 def evaluate(sess, model, split):
@@ -241,6 +247,55 @@ def _prepare(model, images):
 
 def _float(value):
     return None if value is None else float(value)
+
+
+def check_output_paths(checkpoint_dir=None, json_out=None):
+    """OSError naming the path unless ``checkpoint_dir`` is (or can be made) a
+    writable directory and ``json_out`` a writable file: checked before
+    training, so a run never fails only at its end.
+
+    Example::
+
+        >>> check_output_paths(checkpoint_dir="ckpt", json_out="run.json")
+    """
+    if checkpoint_dir:
+        _probe_directory(checkpoint_dir, "--checkpoint-dir")
+    if json_out:
+        if os.path.isdir(json_out):
+            raise IsADirectoryError(errno.EISDIR, "--json-out is a directory, not a file",
+                                    json_out)
+        _probe_directory(os.path.dirname(os.path.abspath(json_out)), "--json-out's folder")
+        if os.path.exists(json_out) and not os.access(json_out, os.W_OK):
+            raise PermissionError(errno.EACCES, "--json-out is not writable", json_out)
+
+
+def _probe_directory(directory, what):
+    """Make ``directory`` if missing and write (then remove) a file in it."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise NotADirectoryError(errno.ENOTDIR, f"{what} is a file, not a directory",
+                                 directory)
+    with naming_path(directory):
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+
+
+@contextlib.contextmanager
+def naming_path(path):
+    """Re-raise an OSError without a file name (a write that found the disk
+    full, say) with ``path``, so the one-line error says where.
+
+    Example::
+
+        >>> with naming_path("ckpt"):
+        ...     saver.save(sess, "ckpt/model")
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise type(err)(err.errno, err.strerror, path) from err
 
 
 def write_json(path, result):
