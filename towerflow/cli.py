@@ -23,11 +23,29 @@ def main(argv=None):
         argv.remove("--debug")
     try:
         return _dispatch(argv)
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError, OpError) as err:
+    except OSError as err:
         if debug:
             raise
+        return _report_os_error(err)
+    except (ValueError, RuntimeError, ImportError, OpError) as err:
+        if debug:
+            raise
+        if not getattr(err, "printed_by_rank_0", False):
+            print(f"towerflow: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _report_os_error(err):
+    """One line for an OSError: the path and what went wrong, status 1. towerflow's
+    own checks raise FileNotFoundError with a message and no path: status 2,
+    a usage error."""
+    if err.filename is None and isinstance(err, FileNotFoundError):
         print(f"towerflow: error: {err}", file=sys.stderr)
         return 2
+    where = f"{err.filename!r}: " if err.filename is not None else ""
+    also = f" (and {err.filename2!r})" if getattr(err, "filename2", None) else ""
+    print(f"towerflow: error: {where}{err.strerror or err}{also}", file=sys.stderr)
+    return 1
 
 
 def _dispatch(argv):
@@ -54,14 +72,22 @@ def _split_command(argv):
     return argv[argv.index("--") + 1:], argv[:argv.index("--")]
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """argparse's ``towerflow train: error: ...`` line without the usage block
+    above it: a bad value is one line, as every other towerflow error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser():
-    parser = argparse.ArgumentParser(prog="towerflow", description="towerflow command line")
+    parser = _OneLineErrors(prog="towerflow", description="towerflow command line")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("demo", help="the device model on logical CPUs (default)")
     launch = commands.add_parser(
         "launch", help="run a program on N MPI ranks: towerflow launch -n 2 -- python t.py")
-    launch.add_argument("-n", "--num-ranks", type=int, required=True)
-    launch.add_argument("--timeout", type=float, default=None,
+    launch.add_argument("-n", "--num-ranks", type=cli_train.positive_int, required=True)
+    launch.add_argument("--timeout", type=cli_train.positive_seconds, default=None,
                         help="seconds a collective waits for its peers (default 60)")
     cli_train.add_train_parser(commands)
     cli_bench.add_bench_parser(commands)

@@ -1,6 +1,7 @@
 """``towerflow train`` and ``towerflow devices``: the argument handling, kept
 apart from the training loop (towerflow/training.py)."""
 
+import argparse
 import json
 import os
 import shlex
@@ -10,13 +11,47 @@ import time
 from .device import DeviceSpec, runtime
 
 
+def positive_int(text):
+    """argparse type: an integer >= 1 (argparse names the option in its error).
+
+    Example::
+
+        >>> positive_int("64")
+        64
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a whole "
+                                         "number >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {value}: expected a whole "
+                                         "number >= 1")
+    return value
+
+
+def positive_seconds(text):
+    """argparse type: a positive finite number of seconds.
+
+    Example::
+
+        >>> positive_seconds("2.5")
+        2.5
+    """
+    from .parallel.mpi import checked_timeout
+    try:
+        return checked_timeout(text, f"invalid value {text!r}")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def add_train_parser(commands):
     train = commands.add_parser("train", help="train a recipe: towerflow train digits")
     train.add_argument("recipe")
     where = train.add_mutually_exclusive_group()
     where.add_argument("--devices", help="comma-separated towers, e.g. /gpu:0,/gpu:1")
-    where.add_argument("--towers", type=int, help="the first N GPUs (or logical CPUs)")
-    where.add_argument("--cpu-towers", type=int, help="N logical CPUs as towers")
+    where.add_argument("--towers", type=positive_int, help="the first N GPUs (or logical CPUs)")
+    where.add_argument("--cpu-towers", type=positive_int, help="N logical CPUs as towers")
     train.add_argument("--all-reduce", default="auto",
                        choices=["auto", "cpu", "local", "nccl", "mpi"])
     train.add_argument("--precision", default=None,
@@ -24,10 +59,10 @@ def add_train_parser(commands):
                        help="mixed_float16: float16 compute, float32 weights, loss scaling; "
                             "mixed_bfloat16: bfloat16 compute, float32 weights, no scaling "
                             "(default float32)")
-    train.add_argument("--batch-size", type=int)
-    train.add_argument("--epochs", type=int, help="the run's total length in epochs")
-    train.add_argument("--steps", type=int, help="the run's total length in steps (with "
-                                                 "--epochs: the smaller)")
+    train.add_argument("--batch-size", type=positive_int)
+    train.add_argument("--epochs", type=positive_int, help="the run's total length in epochs")
+    train.add_argument("--steps", type=positive_int, help="the run's total length in steps "
+                                                          "(with --epochs: the smaller)")
     train.add_argument("--seed", type=int, default=None, help="default 0")
     train.add_argument("--data-dir")
     train.add_argument("--checkpoint-dir")
@@ -35,11 +70,11 @@ def add_train_parser(commands):
                        help="continue the run of --checkpoint-dir to its end")
     train.add_argument("--extend", action="store_true",
                        help="with --resume: continue to a new --steps/--epochs")
-    train.add_argument("--checkpoint-every", type=int, metavar="STEPS",
+    train.add_argument("--checkpoint-every", type=positive_int, metavar="STEPS",
                        help="checkpoint every STEPS steps (default: each epoch's end)")
     train.add_argument("--checkpoint-secs", type=float, metavar="SECONDS",
                        help="checkpoint every SECONDS seconds")
-    train.add_argument("--keep-checkpoints", type=int, default=3, metavar="K",
+    train.add_argument("--keep-checkpoints", type=positive_int, default=3, metavar="K",
                        help="keep the last K checkpoints (default 3)")
     train.add_argument("--log-device-placement", action="store_true")
     train.add_argument("--json-out")

@@ -7,7 +7,9 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
 - ``--enable-recovery``, so when one rank dies the others are *not* killed
   by the launcher but report, through towerflow's deadlines, which rank
   stopped answering in which collective;
-- ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60);
+- ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60),
+  start-up included: a rank that dies or stops while MPI starts is named;
+- a rendezvous directory for the ranks' start-up markers, removed at the end;
 - a clean stop: SIGINT or SIGTERM to the launcher asks every rank to finish
   its step (``towerflow train`` agrees the step by a collective and writes a
   checkpoint) through a stop file (``TOWERFLOW_STOP_FILE``), because
@@ -75,12 +77,17 @@ def launch(num_ranks, command, timeout=None):
     with tempfile.TemporaryDirectory(prefix="towerflow-launch-") as scratch:
         env = launch_environment(timeout)
         env[STOP_FILE_ENV] = os.path.join(scratch, "stop")
+        env["TOWERFLOW_RENDEZVOUS_DIR"] = scratch   # start-up markers (parallel/mpi_startup.py)
         # its own session: a Ctrl-C on the terminal reaches the launcher only
         child = subprocess.Popen(line, env=env, start_new_session=True)
         stopper = _Stopper(child, env[STOP_FILE_ENV])
         with stopper.installed():
             code = child.wait()
-    return 128 + stopper.signum if stopper.signum else code
+        start_up_failed = any(Path(scratch).glob("failed-rank-*"))
+    if stopper.signum:
+        return 128 + stopper.signum
+    # NOTE: mpiexec exits 0 when the watchdog killed a rank stuck starting MPI
+    return 1 if code == 0 and start_up_failed else code
 
 
 class _Stopper:

@@ -12,8 +12,10 @@ logits, the optimizer and its defaults. ``fit`` does the rest::
 """
 
 import contextlib
+import errno
 import json
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -23,6 +25,7 @@ from . import curves, losses, mixed_precision, progress, run_control, run_record
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
+from .parallel.agreement import check_ranks_agree
 from .session import ConfigProto, Session
 from .train import Saver, get_checkpoint_state, get_or_create_global_step
 
@@ -53,6 +56,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     options = {"batch_size": batch_size, "seed": seed, "precision": precision,
                "steps": steps, "epochs": epochs}
     record, saved = run_record.resolve(recipe, options, checkpoint_dir, resume, extend)
+    check_output_paths(checkpoint_dir=checkpoint_dir, json_out=json_out)
     pipeline_options = recipe.pipeline_options(splits.train)
     pipeline = data_module.Pipeline(splits.train.images, splits.train.labels,
                                     record["batch_size"], seed=record["seed"],
@@ -69,6 +73,11 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
             model = _build(recipe, splits, devices, all_reduce, record, total, keep_checkpoints)
         model.normalisation = {key: pipeline_options[key] for key in ("mean", "std", "scale")
                                if key in pipeline_options}
+        check_ranks_agree(model.strategy, graph, {
+            "the recipe": recipe.name, "--batch-size": record["batch_size"],
+            "--epochs": record["epochs"], "--steps": record["steps"], "--seed": record["seed"],
+            "--precision": record["precision"], "--resume": resume,
+            "the training samples": len(splits.train.labels)})
         sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
         curve_state = _start(sess, model, pipeline, saved)
         plan = _Model(total=total, record=record, checkpoint_dir=checkpoint_dir,
@@ -84,7 +93,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
                   all_reduce=model.strategy.communicator.name, precision=record["precision"])
     if json_out and model.is_chief:
-        write_json(json_out, result)
+        with naming_path(json_out):
+            write_json(json_out, result)
     return result
 
 
@@ -192,7 +202,8 @@ def _train(sess, model, pipeline, splits, plan):
                     feed = {model.images: images, model.labels: labels, model.training: True}
                     _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed)
                     step, examples = step + 1, examples + len(labels)
-                    means = recorder.add_step(last_loss, accuracy, len(labels))
+                    with _writing_curve(plan):
+                        means = recorder.add_step(last_loss, accuracy, len(labels))
                     bar.update(means.loss, means.accuracy,
                                examples / (time.perf_counter() - start))
                     run_control.maybe_signal_self(hook, step)
@@ -204,7 +215,8 @@ def _train(sess, model, pipeline, splits, plan):
             ended = pipeline.epochs_completed > epoch
             if ended or step >= plan.total:      # a run may end mid-epoch (--steps)
                 test_accuracy = evaluate(sess, model, splits.test)
-                means = recorder.end_epoch(epoch, ended, test_accuracy)
+                with _writing_curve(plan):
+                    means = recorder.end_epoch(epoch, ended, test_accuracy)
                 _end_of_epoch(plan, epoch, ended, (means.loss, means.accuracy, test_accuracy))
             if stop or step >= plan.total or plan.clock.due(step, ended):
                 _save(sess, model, pipeline, plan, step)
@@ -215,6 +227,13 @@ def _train(sess, model, pipeline, splits, plan):
             "test_accuracy": _float(test_accuracy if test_accuracy is not None
                                     else evaluate(sess, model, splits.test)),
             "samples_per_sec": examples / wall if wall else 0.0, "wall_seconds": wall}
+
+
+def _writing_curve(plan):
+    """Where an OSError while the recorder writes the curve files comes from."""
+    if plan.checkpoint_dir:
+        return naming_path(plan.checkpoint_dir)
+    return contextlib.nullcontext()
 
 
 def _epochs(plan, pipeline):
@@ -241,8 +260,9 @@ def _save(sess, model, pipeline, plan, step):
     os.makedirs(plan.checkpoint_dir, exist_ok=True)
     state = {"epoch": pipeline.epochs_completed, "pipeline": pipeline.state(),
              "run": plan.record, "curves": plan.recorder.state()}
-    plan.saved_path = model.saver.save(sess, os.path.join(plan.checkpoint_dir, "model"),
-                                       global_step=step, extra_state=state)
+    with naming_path(plan.checkpoint_dir):
+        plan.saved_path = model.saver.save(sess, os.path.join(plan.checkpoint_dir, "model"),
+                                           global_step=step, extra_state=state)
     plan.saved_step = step
 
 
@@ -299,6 +319,55 @@ def _prepare(model, images):
 
 def _float(value):
     return None if value is None else float(value)
+
+
+def check_output_paths(checkpoint_dir=None, json_out=None):
+    """OSError naming the path unless ``checkpoint_dir`` is (or can be made) a
+    writable directory and ``json_out`` a writable file: checked before
+    training, so a run never fails only at its end.
+
+    Example::
+
+        >>> check_output_paths(checkpoint_dir="ckpt", json_out="run.json")
+    """
+    if checkpoint_dir:
+        _probe_directory(checkpoint_dir, "--checkpoint-dir")
+    if json_out:
+        if os.path.isdir(json_out):
+            raise IsADirectoryError(errno.EISDIR, "--json-out is a directory, not a file",
+                                    json_out)
+        _probe_directory(os.path.dirname(os.path.abspath(json_out)), "--json-out's folder")
+        if os.path.exists(json_out) and not os.access(json_out, os.W_OK):
+            raise PermissionError(errno.EACCES, "--json-out is not writable", json_out)
+
+
+def _probe_directory(directory, what):
+    """Make ``directory`` if missing and write (then remove) a file in it."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise NotADirectoryError(errno.ENOTDIR, f"{what} is a file, not a directory",
+                                 directory)
+    with naming_path(directory):
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+
+
+@contextlib.contextmanager
+def naming_path(path):
+    """Re-raise an OSError without a file name (a write that found the disk
+    full, say) with ``path``, so the one-line error says where.
+
+    Example::
+
+        >>> with naming_path("ckpt"):
+        ...     saver.save(sess, "ckpt/model")
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise type(err)(err.errno, err.strerror, path) from err
 
 
 def write_json(path, result):

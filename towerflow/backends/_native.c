@@ -256,7 +256,7 @@ typedef struct {
     Py_ssize_t plane_tiles;   /* tiles per plane of the transformed array */
 } WinogradGeometry;
 
-#define TILES_OF(size) (((size) + 3) / 4)
+#define TILES_OF(size) ((size) / 4 + ((size) % 4 != 0))   /* no overflow near the max */
 
 /* r = B^T d along one axis, channel by channel: d and r are 6 vectors of cb. */
 #define B_T(T, d, r, cb)                                                                \
@@ -452,19 +452,47 @@ static void release_all(Views *views)
     views->held = 0;
 }
 
-/* A C-contiguous view of obj (NULL for None) holding `elements` items of `kind`. */
-static int take(Views *views, PyObject *obj, int writable, char kind, Py_ssize_t elements,
-                const char *name, void **data)
+/* The product of `count` sizes into *product; -1 with a ValueError naming `name`
+ * when a size is negative or the product does not fit a Py_ssize_t (a wrapped
+ * product could match a small buffer and let a kernel read past it). */
+static int product_of(const Py_ssize_t *sizes, int count, const char *name,
+                      Py_ssize_t *product)
+{
+    Py_ssize_t result = 1;
+    for (int i = 0; i < count; i++) {
+        if (sizes[i] < 0 || (sizes[i] > 0 && result > PY_SSIZE_T_MAX / sizes[i])) {
+            PyErr_Format(PyExc_ValueError, "%s: the geometry's sizes (a negative one, or a "
+                         "product past %zd) do not describe a buffer", name, PY_SSIZE_T_MAX);
+            return -1;
+        }
+        result *= sizes[i];
+    }
+    *product = result;
+    return 0;
+}
+
+/* The sizes whose product is a buffer's item count: SIZES(n, h, w, c). */
+#define SIZES(...) (const Py_ssize_t[]){__VA_ARGS__}, \
+    (int)(sizeof((const Py_ssize_t[]){__VA_ARGS__}) / sizeof(Py_ssize_t))
+
+/* A C-contiguous view of obj (NULL for None) holding prod(sizes) items of `kind`. */
+static int take(Views *views, PyObject *obj, int writable, char kind,
+                const Py_ssize_t *sizes, int count, const char *name, void **data)
 {
     *data = NULL;
     if (obj == Py_None)
         return 0;
+    Py_ssize_t elements;
+    if (product_of(sizes, count, name, &elements) < 0)
+        return -1;
     Py_buffer *view = &views->views[views->held];
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0)
         return -1;
     views->held++;
-    if (kind_of(view) != kind || view->len != elements * view->itemsize) {
+    if (kind_of(view) != kind || view->itemsize < 1
+        || elements > PY_SSIZE_T_MAX / view->itemsize
+        || view->len != elements * view->itemsize) {
         PyErr_Format(PyExc_ValueError,
                      "%s: expected %zd items of kind '%c', got %zd bytes of format '%s'",
                      name, elements, kind, view->len, view->format ? view->format : "B");
@@ -494,8 +522,10 @@ static int read_geometry(PyObject *shape, Geometry *g)
     if (!PyArg_ParseTuple(shape, "nnnnnnnn", &g->n, &g->h, &g->w, &g->c,
                           &g->kh, &g->kw, &g->oh, &g->ow))
         return -1;
-    if (g->n < 0 || g->c < 0 || g->kh < 1 || g->kw < 1 || g->kh * g->kw > 8
-        || g->oh < 0 || g->ow < 0 || g->oh * g->kh > g->h || g->ow * g->kw > g->w) {
+    /* NOTE: compared by division, never by a product that could overflow */
+    if (g->n < 0 || g->h < 0 || g->w < 0 || g->c < 0 || g->kh < 1 || g->kw < 1
+        || g->kh > 8 || g->kw > 8 / g->kh || g->oh < 0 || g->ow < 0
+        || g->oh > g->h / g->kh || g->ow > g->w / g->kw) {
         PyErr_SetString(PyExc_ValueError,
                         "geometry (n, h, w, c, kh, kw, oh, ow): windows must tile the input "
                         "with at most 8 taps");
@@ -519,10 +549,10 @@ static PyObject *py_max_pool(PyObject *self, PyObject *args)
         return NULL;
     Views views = {.held = 0};
     void *x, *bias, *out, *code;
-    if (take(&views, x_obj, bias_obj != Py_None, kind, g.n * g.h * g.w * g.c, "x", &x) < 0
-        || take(&views, bias_obj, 0, kind, g.c, "bias", &bias) < 0
-        || take(&views, out_obj, 1, kind, g.n * g.oh * g.ow * g.c, "out", &out) < 0
-        || take(&views, code_obj, 1, 'B', g.n * g.oh * g.ow * g.c, "code", &code) < 0) {
+    if (take(&views, x_obj, bias_obj != Py_None, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
+        || take(&views, bias_obj, 0, kind, SIZES(g.c), "bias", &bias) < 0
+        || take(&views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &out) < 0
+        || take(&views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &code) < 0) {
         release_all(&views);
         return NULL;
     }
@@ -550,11 +580,11 @@ static PyObject *py_max_pool_grad(PyObject *self, PyObject *args)
         return NULL;
     Views views = {.held = 0};
     void *code, *grad, *pooled, *dx;
-    Py_ssize_t cells = g.n * g.oh * g.ow * g.c;
-    if (take(&views, code_obj, 0, 'B', cells, "code", &code) < 0
-        || take(&views, grad_obj, 0, kind, cells, "grad", &grad) < 0
-        || take(&views, pooled_obj, 0, kind, cells, "pooled", &pooled) < 0
-        || take(&views, dx_obj, 1, kind, g.n * g.h * g.w * g.c, "dx", &dx) < 0) {
+    if (take(&views, code_obj, 0, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &code) < 0
+        || take(&views, grad_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "grad", &grad) < 0
+        || take(&views, pooled_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "pooled",
+                &pooled) < 0
+        || take(&views, dx_obj, 1, kind, SIZES(g.n, g.h, g.w, g.c), "dx", &dx) < 0) {
         release_all(&views);
         return NULL;
     }
@@ -589,8 +619,8 @@ static PyObject *convert_patches(PyObject *args, int forward)
         return NULL;
     Views views = {.held = 0};
     void *x, *patches;
-    if (take(&views, x_obj, !forward, kind, g.n * g.h * g.w * g.c, "x", &x) < 0
-        || take(&views, patches_obj, forward, kind, g.n * g.oh * g.ow * g.kh * g.kw * g.c,
+    if (take(&views, x_obj, !forward, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
+        || take(&views, patches_obj, forward, kind, SIZES(g.n, g.oh, g.ow, g.kh, g.kw, g.c),
                 "patches", &patches) < 0) {
         release_all(&views);
         return NULL;
@@ -630,9 +660,12 @@ static PyObject *py_winograd_input(PyObject *self, PyObject *args)
         || !PyArg_ParseTuple(shape, "nnnnnnnnnn", &g.n, &g.h, &g.w, &g.c, &g.top, &g.left,
                              &g.oh, &g.ow, &g.first_tile, &g.plane_tiles))
         return NULL;
+    Py_ssize_t tiles = 0;
     if (g.n < 0 || g.h < 0 || g.w < 0 || g.c < 0 || g.top < 0 || g.left < 0 || g.oh < 0
-        || g.ow < 0 || g.first_tile < 0
-        || g.first_tile + g.n * TILES_OF(g.oh) * TILES_OF(g.ow) > g.plane_tiles) {
+        || g.ow < 0 || g.first_tile < 0 || g.plane_tiles < 0
+        || product_of(SIZES(g.n, TILES_OF(g.oh), TILES_OF(g.ow)), "tiles", &tiles) < 0
+        || g.first_tile > g.plane_tiles - tiles) {
+        PyErr_Clear();
         PyErr_SetString(PyExc_ValueError,
                         "geometry (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles): "
                         "sizes must be >= 0 and the images' tiles within a plane");
@@ -643,8 +676,8 @@ static PyObject *py_winograd_input(PyObject *self, PyObject *args)
         return NULL;
     Views views = {.held = 0};
     void *x, *u;
-    if (take(&views, x_obj, 0, kind, g.n * g.h * g.w * g.c, "x", &x) < 0
-        || take(&views, u_obj, 1, kind, 36 * g.plane_tiles * g.c, "u", &u) < 0) {
+    if (take(&views, x_obj, 0, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
+        || take(&views, u_obj, 1, kind, SIZES(36, g.plane_tiles, g.c), "u", &u) < 0) {
         release_all(&views);
         return NULL;
     }
@@ -676,9 +709,9 @@ static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
         return NULL;
     Views views = {.held = 0};
     void *m, *y;
-    if (take(&views, m_obj, to_tiles, kind, 36 * g.n * TILES_OF(g.oh) * TILES_OF(g.ow) * g.c,
-             "m", &m) < 0
-        || take(&views, y_obj, !to_tiles, kind, g.n * g.oh * g.ow * g.c, "y", &y) < 0) {
+    if (take(&views, m_obj, to_tiles, kind,
+             SIZES(36, g.n, TILES_OF(g.oh), TILES_OF(g.ow), g.c), "m", &m) < 0
+        || take(&views, y_obj, !to_tiles, kind, SIZES(g.n, g.oh, g.ow, g.c), "y", &y) < 0) {
         release_all(&views);
         return NULL;
     }

@@ -42,6 +42,8 @@ def _pool_kernels(xp, parallel):
 
         def pool(x):
             lay = layout_of(x.shape)
+            if not lay.taps:    # a VALID window larger than the input: no window
+                return xp.zeros((x.shape[0], lay.out_h, lay.out_w, x.shape[3]), x.dtype)
             total = _reduce_taps(xp, xp.add, x, lay, 0)
             total *= _window_scale(xp, lay, dtype, scales)
             return total
@@ -52,6 +54,8 @@ def _pool_kernels(xp, parallel):
 
         def grad_fn(x, grad):
             lay = layout_of(x.shape)
+            if not lay.taps:
+                return xp.zeros(x.shape, grad.dtype)
             if lay.tiles:
                 return _avg_pool_grad_tiles(xp, grad, x.shape, lay)
             share = grad * _window_scale(xp, lay, dtype, scales)
@@ -114,6 +118,8 @@ def _max_pool_with_winner(xp, parallel, x, lay, lowest):
     n, _, _, c = x.shape
     out = xp.empty((n, lay.out_h, lay.out_w, c), x.dtype)
     code = xp.empty(out.shape, winner_dtype(lay))
+    if not lay.taps:    # a VALID window larger than the input: no window
+        return out, code
 
     def work(start, stop):
         images = slice(start, stop)
@@ -142,6 +148,8 @@ def _max_pool_only(xp, parallel, x, lay, lowest):
     """The max over each window, without recording which tap holds it."""
     n, _, _, c = x.shape
     out = xp.empty((n, lay.out_h, lay.out_w, c), x.dtype)
+    if not lay.taps:
+        return out
 
     def work(start, stop):
         if not native.max_pool(x[start:stop], lay, out[start:stop]):
@@ -211,6 +219,8 @@ def _max_pool_grad(xp, parallel, x, code, grad, lay, relu_output=None):
     masked by ``relu_output > 0`` as ReluGrad masks it (multiplying, as
     TensorFlow's ReluGrad does). Tiling windows go to the compiled kernel
     where it is built (native.py)."""
+    if not lay.taps:    # no window: nothing flows back
+        return xp.zeros(x.shape, grad.dtype)
     dx = xp.empty(x.shape, grad.dtype)
     if native.max_pool_grad_applies(code, grad, lay, dx, relu_output):
         _by_images(xp, parallel, x.shape[0], x.size, lambda start, stop: native.max_pool_grad(

@@ -40,10 +40,22 @@ class _Layout(NamedTuple):
 def _axis_geometry(size, window, stride, padding):
     """(out, pad_before, pad_after) along one axis, by TensorFlow's rules."""
     if padding == "VALID":
-        return max((size - window) // stride + 1, 0), 0, 0
+        return _valid_output_size(size, window, stride), 0, 0
     out = -(-size // stride)
     pad_total = max((out - 1) * stride + window - size, 0)
     return out, pad_total // 2, pad_total - pad_total // 2
+
+
+def _valid_output_size(size, window, stride):
+    """TensorFlow's kernels' VALID size, (size - window + stride) / stride with C's
+    division (toward zero): 0, an empty result, when the window exceeds the input
+    by less than the stride; InvalidArgument-style ValueError when below 0."""
+    numerator = size - window + stride
+    out = numerator // stride if numerator >= 0 else -(-numerator // stride)
+    if out < 0:
+        raise ValueError(f"Computed output size would be negative: {out} [input_size: "
+                         f"{size}, effective_filter_size: {window}, stride: {stride}]")
+    return out
 
 
 def _axis_tap(offset, size, stride, pad_before, out):
@@ -77,7 +89,8 @@ def _layout(height, width, kh, kw, sh, sw, padding):
     for col_out, _, _ in cols:
         counts_w[col_out] += 1
     inv_counts = 1.0 / np.multiply.outer(counts_h, counts_w)[:, :, None]   # never 0 cells
-    tiles = (kh, kw) == (sh, sw) and (top, bottom, left, right) == (0, 0, 0, 0)
+    tiles = (kh, kw) == (sh, sw) and (top, bottom, left, right) == (0, 0, 0, 0) \
+        and out_h * out_w > 0      # no window at all: nothing tiles (kernels return empty)
     return _Layout((height, width, kh, kw, sh, sw, padding), (kh, kw), (sh, sw),
                    out_h, out_w, (top, bottom, left, right), taps, tiles, inv_counts)
 

@@ -17,12 +17,18 @@ PADDINGS = ("SAME", "VALID")
 
 
 def output_size(size, window, stride, padding):
-    """One spatial output dimension (None stays None)."""
+    """One spatial output dimension (None stays None). As in TensorFlow's shape
+    functions, a VALID window larger than a known input is a ValueError (the
+    kernels, which see only run-time shapes, return an empty result instead
+    when the excess is below the stride; see window_geometry.py)."""
     if size is None:
         return None
     if padding == "SAME":
         return -(-size // stride)
-    return max((size - window) // stride + 1, 0)
+    if window is not None and window > size:
+        raise ValueError(f"Negative dimension size caused by subtracting {window} from "
+                         f"{size}: a VALID window larger than the input")
+    return (size - window) // stride + 1
 
 
 def _spatial_attrs(strides, padding, what):

@@ -129,9 +129,19 @@ class Variable:
         return self._snapshot.eval(session=session)
 
     def load(self, value, session=None):
-        """Set the variable to ``value`` in ``session`` without adding ops."""
+        """Set the variable to ``value`` in ``session`` without adding ops.
+
+        As in TensorFlow, the value fed is the *input of the initializer's
+        assign*, so nothing upstream of it runs: a tower replica, whose
+        initializer copies tower 0's freshly initialised variable, takes
+        ``value`` and leaves tower 0 alone.
+
+        Example::
+
+            >>> step.replicas[1][0].load(np.zeros((3, 2), np.float32), sess)
+        """
         core._session_for(self.graph, session).run(
-            self._initializer, feed_dict={self._initial_value: value})
+            self._initializer, feed_dict={self._initializer.inputs[0]: value})
 
     def __repr__(self):
         return (f"<tf.Variable '{self.name}' shape={self.shape} "

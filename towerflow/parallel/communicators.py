@@ -85,8 +85,8 @@ class MpiCommunicator(Communicator):
     name = "mpi"
     spans_processes = True
 
-    def __init__(self, timeout=mpi.DEFAULT_TIMEOUT):
-        self.timeout = float(timeout)
+    def __init__(self, timeout=None):
+        self.timeout = mpi.resolve_timeout(timeout)
 
     def all_reduce(self, tower_values, devices, graph):
         signature = [(tuple(t.shape.dims), t.dtype.name) for t in tower_values[0]]
@@ -111,8 +111,8 @@ class NcclCommunicator(Communicator):
 
     name = "nccl"
 
-    def __init__(self, timeout=mpi.DEFAULT_TIMEOUT):
-        self.timeout = float(timeout)
+    def __init__(self, timeout=None):
+        self.timeout = mpi.resolve_timeout(timeout)
         self.spans_processes = mpi.multi_process_launch()
 
     def all_reduce(self, tower_values, devices, graph):
@@ -142,8 +142,9 @@ _COMMUNICATORS = {"cpu": CpuCommunicator, "local": LocalCommunicator,
 _logged_choices = set()
 
 
-def choose(devices, all_reduce="auto", timeout=mpi.DEFAULT_TIMEOUT):
+def choose(devices, all_reduce="auto", timeout=None):
     """The communicator for towers on ``devices`` (device strings)."""
+    timeout = mpi.resolve_timeout(timeout)
     if all_reduce not in ALL_REDUCE_CHOICES:
         raise ValueError(f"all_reduce={all_reduce!r}: expected one of "
                          f"{', '.join(map(repr, ALL_REDUCE_CHOICES))}")

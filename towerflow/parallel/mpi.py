@@ -23,6 +23,7 @@ towerflow/launch.py); plain ``mpiexec -n N python train.py`` works too.
 """
 
 import atexit
+import math
 import os
 import sys
 import time
@@ -31,10 +32,47 @@ import numpy as np
 
 from .. import errors
 
-# Seconds a collective waits for its peers (TOWERFLOW_COLLECTIVE_TIMEOUT overrides).
-DEFAULT_TIMEOUT = float(os.environ.get("TOWERFLOW_COLLECTIVE_TIMEOUT", 60.0))
+# Seconds a collective waits for its peers (TOWERFLOW_COLLECTIVE_TIMEOUT overrides;
+# read when a communicator is made, so a bad value never breaks `import towerflow`).
+DEFAULT_TIMEOUT = 60.0
+TIMEOUT_VARIABLE = "TOWERFLOW_COLLECTIVE_TIMEOUT"
 _ARRIVAL_TAG = 7301
 _POLL_SECONDS = 0.0005
+
+
+def checked_timeout(seconds, described=None):
+    """``seconds`` as a float if it is a positive finite number of seconds, else
+    ValueError starting with ``described`` (default: ``timeout <value>``).
+
+    Example::
+
+        >>> checked_timeout("30")
+        30.0
+    """
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{described or f'timeout {seconds!r}'}: expected a positive finite number of "
+                         "seconds, e.g. 60")
+    return value
+
+
+def resolve_timeout(timeout=None):
+    """``timeout`` checked; None means TOWERFLOW_COLLECTIVE_TIMEOUT, else 60 s.
+
+    Example::
+
+        >>> resolve_timeout(None)    # TOWERFLOW_COLLECTIVE_TIMEOUT unset
+        60.0
+    """
+    if timeout is not None:
+        return checked_timeout(timeout)
+    if TIMEOUT_VARIABLE in os.environ:
+        raw = os.environ[TIMEOUT_VARIABLE]
+        return checked_timeout(raw, f"{TIMEOUT_VARIABLE}={raw!r}")
+    return DEFAULT_TIMEOUT
 
 
 def launched_under_mpi():
@@ -67,8 +105,10 @@ class MpiWorld:
 
     def __init__(self, comm=None):
         if comm is None:
+            from .mpi_startup import import_mpi
             try:
-                from mpi4py import MPI
+                MPI = import_mpi(resolve_timeout(), rank_from_environment(),
+                                 world_size_from_environment())
             except ImportError as err:
                 raise errors.UnavailableError(
                     None, None, "all_reduce='mpi' needs mpi4py: pip install "
@@ -81,21 +121,22 @@ class MpiWorld:
 
     def all_reduce(self, array, what, timeout):
         """The element-wise sum of ``array`` over all ranks."""
-        self._arrive(what, timeout)
+        array = np.require(array, requirements="C")   # keeps 0-d shapes
+        self._arrive(what, timeout, _Arrival.of("all-reduce", array))
         result = np.empty_like(array)
-        self._wait(self.comm.Iallreduce(np.ascontiguousarray(array), result), what, timeout)
+        self._wait(self.comm.Iallreduce(array, result), (array, result), what, timeout)
         return result
 
     def broadcast(self, array, what, timeout, root=0):
         """Rank ``root``'s ``array`` on every rank."""
-        self._arrive(what, timeout)
         buffer = np.ascontiguousarray(array).copy()
-        self._wait(self.comm.Ibcast(buffer, root=root), what, timeout)
+        self._arrive(what, timeout, _Arrival.of("broadcast", buffer))
+        self._wait(self.comm.Ibcast(buffer, root=root), (buffer,), what, timeout)
         return buffer
 
     def all_gather(self, value, what, timeout):
         """Every rank's ``value`` (any picklable object), in rank order."""
-        self._arrive(what, timeout)
+        self._arrive(what, timeout, _Arrival.of("all-gather"))
         return self.comm.allgather(value)
 
     def check_signature(self, signature, what, timeout):
@@ -106,44 +147,77 @@ class MpiWorld:
         if first_mismatch:
             raise errors.InvalidArgumentError(None, None, f"{what}: {first_mismatch}")
 
+    def check_same(self, settings, what, timeout):
+        """InvalidArgumentError naming the first setting (in ``settings``' order)
+        where a rank differs from rank 0: ranks that disagree on the batch size
+        or the run's length would run different collectives and fail inside MPI.
+
+        Example::
+
+            >>> world().check_same({"--batch-size": 64, "--seed": 0}, "start-up", 60)
+        """
+        everyone = self.all_gather(list(settings.items()), what, timeout)
+        for rank, theirs in enumerate(everyone[1:], start=1):
+            for (name, ours), (_, value) in zip(everyone[0], theirs):
+                if ours != value:
+                    raise self._disagreement(name, rank, ours, value, what)
+
+    def _disagreement(self, name, rank, ours, theirs, what):
+        error = errors.InvalidArgumentError(
+            None, None, f"the ranks disagree on {name}: rank 0 has {ours!r} but rank {rank} "
+            f"has {theirs!r} ({what}; every rank needs the same)")
+        # every rank raises it; the command line prints rank 0's alone
+        error.printed_by_rank_0 = self.rank != 0
+        return error
+
     # -- deadlines ---------------------------------------------------------------
 
-    def _arrive(self, what, timeout):
-        """Exchange arrival tokens with every peer; name the ranks that never came."""
+    def _arrive(self, what, timeout, arrival):
+        """Exchange arrival tokens with every peer: name the ranks that never came,
+        and refuse to start a collective that a peer runs differently."""
         self._calls += 1
-        token = np.array([self._calls], dtype=np.int64)
+        token = np.array([self._calls, *arrival], dtype=np.int64)
         peers = [peer for peer in range(self.size) if peer != self.rank]
-        inbox = {peer: np.zeros(1, np.int64) for peer in peers}
+        inbox = {peer: np.zeros(len(token), np.int64) for peer in peers}
         sends = [self.comm.Isend(token, dest=peer, tag=_ARRIVAL_TAG) for peer in peers]
         receives = {peer: self.comm.Irecv(inbox[peer], source=peer, tag=_ARRIVAL_TAG)
                     for peer in peers}
+        buffers = (token, inbox)
         deadline = time.monotonic() + timeout
         pending = dict(receives)
         while pending:
             pending = {peer: req for peer, req in pending.items() if not req.Test()}
             if pending and time.monotonic() > deadline:
+                _keep_until_exit(sends + list(receives.values()), buffers)
                 raise self._unavailable(sorted(pending), what, timeout)
             if pending:
                 time.sleep(_POLL_SECONDS)
-        self._wait_all(sends, what, timeout, deadline)
-        late = [peer for peer in peers if inbox[peer][0] != self._calls]
-        if late:
-            raise errors.InternalError(None, None, f"{what}: ranks {late} are at a different "
-                                       f"collective than rank {self.rank}")
+        self._wait_all(sends, buffers, what, timeout, deadline)
+        for peer in peers:
+            if not np.array_equal(inbox[peer], token):
+                raise self._out_of_step(peer, inbox[peer], token, what)
 
-    def _wait(self, request, what, timeout):
+    def _out_of_step(self, peer, theirs, ours, what):
+        return errors.InvalidArgumentError(
+            None, None, f"{what}: rank {peer} is at collective number {theirs[0]}, "
+            f"{_Arrival.describe(theirs[1:])}, but rank {self.rank} is at number {ours[0]}, "
+            f"{_Arrival.describe(ours[1:])}: the ranks run different collectives (different "
+            "batch sizes, step counts or models?)")
+
+    def _wait(self, request, buffers, what, timeout):
         deadline = time.monotonic() + timeout
-        while not request.Test():
-            if time.monotonic() > deadline:
-                raise self._unavailable(None, what, timeout)
-            time.sleep(_POLL_SECONDS)
+        self._wait_all([request], buffers, what, timeout, deadline)
 
-    def _wait_all(self, requests, what, timeout, deadline):
-        for request in requests:
-            while not request.Test():
-                if time.monotonic() > deadline:
-                    raise self._unavailable(None, what, timeout)
-                time.sleep(_POLL_SECONDS)
+    def _wait_all(self, requests, buffers, what, timeout, deadline):
+        try:
+            for request in requests:
+                while not request.Test():
+                    if time.monotonic() > deadline:
+                        raise self._unavailable(None, what, timeout)
+                    time.sleep(_POLL_SECONDS)
+        except BaseException:   # a timeout, an MPI error, Ctrl-C: MPI may still hold them
+            _keep_until_exit(requests, buffers)
+            raise
 
     def _unavailable(self, missing, what, timeout):
         _exit_without_finalize()
@@ -152,6 +226,46 @@ class MpiWorld:
         return errors.UnavailableError(
             None, None, f"{who} did not join {what} within {timeout:g} s (seen from rank "
             f"{self.rank} of {self.size}): it died or stopped answering")
+
+
+class _Arrival:
+    """What a collective will exchange, as int64s in the arrival token: a kind
+    code, the element count and a dtype code (-1: any, for pickled objects)."""
+
+    KINDS = ("all-reduce", "broadcast", "all-gather")
+
+    @classmethod
+    def of(cls, kind, array=None):
+        if array is None:
+            return (cls.KINDS.index(kind), -1, -1)
+        return (cls.KINDS.index(kind), array.size, array.dtype.num)
+
+    @classmethod
+    def describe(cls, code):
+        kind, size, dtype = (int(value) for value in code)
+        if not 0 <= kind < len(cls.KINDS):
+            return f"an unknown collective (code {kind})"
+        article = "an" if cls.KINDS[kind][0] in "aeiou" else "a"
+        if size < 0:
+            return f"{article} {cls.KINDS[kind]}"
+        return f"{article} {cls.KINDS[kind]} of {size} {_dtype_name(dtype)}"
+
+
+def _dtype_name(number):
+    for dtype in np.sctypeDict.values():
+        if np.dtype(dtype).num == number:
+            return np.dtype(dtype).name
+    return f"dtype#{number}"
+
+
+# NOTE: a request that timed out may still be read or written by MPI: its
+# buffers must outlive it, or MPI writes into freed memory (heap corruption).
+# The process exits without finalizing after a lost peer, so they never leave.
+_abandoned = []
+
+
+def _keep_until_exit(requests, buffers):
+    _abandoned.append((list(requests), buffers))
 
 
 _exit_armed = []

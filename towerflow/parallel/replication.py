@@ -35,13 +35,13 @@ class DataParallel:
     """Towers on ``devices`` (default: every GPU, else every logical CPU)."""
 
     def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20,
-                 timeout=mpi.DEFAULT_TIMEOUT, sync_statistics=False):
+                 timeout=None, sync_statistics=False):
         self.devices = list(devices) if devices is not None else default_devices()
         if not self.devices:
             raise ValueError("DataParallel needs at least one device")
         self.communicator = communicators.choose(self.devices, all_reduce, timeout)
         self.bucket_bytes = int(bucket_bytes)
-        self.timeout = float(timeout)
+        self.timeout = mpi.resolve_timeout(timeout)
         self.sync_statistics = bool(sync_statistics)
         world = mpi.world() if self.communicator.spans_processes else None
         self.rank, self.num_ranks = (world.rank, world.size) if world else (0, 1)

@@ -1,0 +1,63 @@
+"""MPI start-up with a deadline. ``from mpi4py import MPI`` runs MPI_Init,
+which waits for every rank: a rank killed or stopped meanwhile would leave
+the others waiting for ever, inside C, where no Python timer can fire. So a
+watchdog process (mpi_watchdog.py) guards the import, and each rank leaves a
+marker (its pid and host) in a rendezvous directory first, so the watchdog
+can name the peer that never arrived.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+RENDEZVOUS_VARIABLE = "TOWERFLOW_RENDEZVOUS_DIR"
+
+
+def rendezvous_dir():
+    """Where the ranks of this job leave their markers: the directory
+    ``towerflow launch`` made, else one per MPI job under the temp directory.
+
+    Example::
+
+        >>> rendezvous_dir()      # under towerflow launch
+        '/tmp/towerflow-launch-x1y2z3'
+    """
+    if os.environ.get(RENDEZVOUS_VARIABLE):
+        return os.environ[RENDEZVOUS_VARIABLE]
+    job = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_orte_ess_jobid", "job")
+    return os.path.join(tempfile.gettempdir(), f"towerflow-mpi-{job}".replace("/", "_"))
+
+
+def import_mpi(timeout, rank, size):
+    """mpi4py's MPI module, started within ``timeout`` seconds, else this
+    process is killed after one line naming the peers that never arrived.
+
+    Example::
+
+        >>> MPI = import_mpi(60.0, rank=0, size=2)
+    """
+    if size < 2:
+        from mpi4py import MPI
+        return MPI
+    directory = rendezvous_dir()
+    _leave_marker(directory, rank)
+    watchdog = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("mpi_watchdog.py")), str(os.getpid()),
+         repr(float(timeout)), str(rank), str(size), directory], stdin=subprocess.PIPE)
+    try:
+        from mpi4py import MPI
+    finally:
+        watchdog.stdin.close()      # end of file: the watchdog stands down
+        watchdog.wait()
+    return MPI
+
+
+def _leave_marker(directory, rank):
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".rank-{rank}.{os.getpid()}")
+    with open(temporary, "w") as marker:
+        marker.write(f"{os.getpid()} {socket.gethostname()}\n")
+    os.replace(temporary, os.path.join(directory, f"rank-{rank}"))   # whole or absent
