@@ -68,8 +68,11 @@ def test_linear_regression_default_run_reaches_the_least_squares_fit(tmp_path):
 def test_a_script_recipe_refuses_options_it_would_ignore(capsys):
     line = error_line(capsys, ["train", "linear_regression", "--cpu-towers", "2"])
     assert "does not use --cpu-towers" in line and "--steps" in line
-    line = error_line(capsys, ["train", "text_sample", "--steps", "0"])
-    assert "--steps needs at least 1" in line
+    with pytest.raises(SystemExit) as exited:      # refused as it is parsed (issue 14)
+        cli.main(["train", "text_sample", "--steps", "0"])
+    assert exited.value.code == 2
+    assert "argument --steps: invalid value 0: expected a whole number >= 1" in \
+        capsys.readouterr().err
 
 
 # -- mnist_softmax (P6) -------------------------------------------------------------

@@ -54,8 +54,8 @@ def checked_timeout(seconds, described=None):
     except (TypeError, ValueError):
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{described or f'timeout {seconds!r}'}: expected a positive finite number of "
-                         "seconds, e.g. 60")
+        what = described or f"timeout {seconds!r}"
+        raise ValueError(f"{what}: expected a positive finite number of seconds, e.g. 60")
     return value
 
 
