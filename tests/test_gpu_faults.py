@@ -227,15 +227,22 @@ def test_a_new_fed_shape_runs_op_by_op_before_it_is_captured(gpu_backend):
 def test_a_cache_grown_later_keeps_the_memory_a_graph_replays(gpu_backend):
     x, grad = fed_bias_gradient()
     doubled = grad * 2.0
+    value = captured_then_grown(x, grad, doubled)
+    assert_column_sums(value, batch(128, seed=2))
+
+
+def captured_then_grown(fed, replayed, grower):
+    """``replayed`` captured on 128 fed rows (a 128-long cached vector), the
+    cache grown by another plan (``grower`` on 256 rows), then the first graph
+    replayed on other rows: its value."""
     sess = tf.Session()
     sess.run(tf.global_variables_initializer())
-    for _ in range(2):                      # op by op, then captured on a 128-long vector
-        sess.run(grad, {x: batch(128)})
+    for _ in range(2):                      # op by op, then captured
+        sess.run(replayed, {fed: batch(128)})
     assert captured_count(sess) == 1
-    sess.run(doubled, {x: batch(256)})      # another plan: the cached vector grows
-    sess.run(doubled, {x: batch(256, seed=1)})
-    value = sess.run(grad, {x: batch(128, seed=2)})    # a replay of the first graph
-    assert_column_sums(value, batch(128, seed=2))
+    sess.run(grower, {fed: batch(256)})     # another plan: the cached vector grows
+    sess.run(grower, {fed: batch(256, seed=1)})
+    return sess.run(replayed, {fed: batch(128, seed=2)})
 
 
 def test_batch_norms_ones_vector_grown_later_keeps_the_memory_a_graph_replays(gpu_backend):
@@ -246,14 +253,7 @@ def test_batch_norms_ones_vector_grown_later_keeps_the_memory_a_graph_replays(gp
         normalized = tf.cast(tf.layers.batch_normalization(x16, training=True), tf.float32)
         mean = tf.reduce_mean(normalized, axis=0)
         doubled = mean * 2.0
-    sess = tf.Session()
-    sess.run(tf.global_variables_initializer())
-    for _ in range(2):                      # op by op, then captured on a 128-long vector
-        sess.run(mean, {x16: batch(128)})
-    assert captured_count(sess) == 1
-    sess.run(doubled, {x16: batch(256)})    # another plan: the cached vector grows
-    sess.run(doubled, {x16: batch(256, seed=1)})
-    value = sess.run(mean, {x16: batch(128, seed=2)})  # a replay of the first graph
+    value = captured_then_grown(x16, mean, doubled)
     # The normalized columns have mean 0; float16 rounds each output (|y| < 4
     # here) by at most 2**-11 of it, so their means are within 2e-3 of 0.
     assert np.all(np.abs(value) <= 2.0**-11 * 4)

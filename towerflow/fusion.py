@@ -10,10 +10,11 @@ replaces each by one :class:`FusedOp`, which the plan binds like any op::
 
 A chain fuses only where nothing else can tell: its inner tensors are read by
 no op outside the chain (except for their shape: such readers get the
-chain's output of the same shape and dtype as a stand-in), not fetched and not fed; all its ops are on one
-device, whose backend has the fused kernel; and no op placed between the
-chain's first and last op reads its outputs, depends on it through a control
-edge or changes state (the fused step runs where the last op ran). The fused
+chain's output of the same shape and dtype as a stand-in), not fetched and
+not fed; all its ops are on one device, whose backend has the fused kernel;
+and no op placed between the chain's first and last op reads its outputs,
+depends on it through a control edge or changes state (the fused step runs
+where the last op ran). The fused
 kernels return what the separate kernels return, bit for bit.
 
 TOWERFLOW_FUSION=0 turns fusion off (to compare, or to rule it out).
