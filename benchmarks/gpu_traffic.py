@@ -38,7 +38,6 @@ launcher that counts launches and bytes, and compares with this model.
 
 import argparse
 import collections
-import json
 import math
 import os
 import platform
@@ -53,6 +52,7 @@ from towerflow.backends import gpu_batch_norm_specs as bn_specs
 from towerflow.backends.gpu_conv_specs import COL2IM, IM2COL
 from towerflow.backends.kernels import build_kernels
 from towerflow.backends.window_geometry import _layout
+from towerflow.training import write_json
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))     # for gpu_peers
 
@@ -489,9 +489,7 @@ def main():
     print_table(result, args.batch)
     result.update(benchmark="gpu_traffic", batch=args.batch, precision="float32",
                   model=True, numpy=np.__version__, python=platform.python_version())
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as out:
-        json.dump(result, out, indent=2)
+    write_json(args.json, result)
     print(f"wrote {args.json}")
 
 

@@ -9,8 +9,9 @@ import sys
 
 import numpy as np
 import pytest
+from test_training import curve as csv_rows
+from test_training import towers
 
-import towerflow as tf
 from towerflow import curves, progress, run_control, training
 from towerflow.recipes import get
 
@@ -18,18 +19,6 @@ pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
                                       "(pip install 'towerflow[data]')")
 STEPS_PER_EPOCH = 23        # digits: 1438 training images at batch 64
 BATCH_SIZES = [64] * 22 + [30]
-
-
-def towers(count):
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
-    return [f"/cpu:{i}" for i in range(count)]
-
-
-def csv_rows(directory):
-    with open(directory / "training_curve.csv", newline="") as source:
-        return list(csv.DictReader(source))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_gpu_backend import real_gpu  # noqa: F401  (the fixture)
+from test_gpu_backend import nvrtc_or_skip, real_gpu  # noqa: F401  (real_gpu: the fixture)
 
 import towerflow as tf
 from towerflow.backends import KernelContext, cupy_conv, kernel_specs, kernels
@@ -276,16 +276,6 @@ def test_scalars_reach_the_kernel_as_its_c_types():
 
 
 # -- NVRTC -------------------------------------------------------------------------------
-
-
-def nvrtc_or_skip():
-    pytest.importorskip("cupy", reason="NVRTC comes with CuPy's cuda12 wheels")
-    from cupy_backends.cuda.libs import nvrtc
-    try:
-        nvrtc.getVersion()
-    except Exception as err:  # noqa: BLE001  (no NVRTC library: nothing to compile with)
-        pytest.skip(f"NVRTC is not installed: {err}")
-    return nvrtc
 
 
 def compile_log(source, name):

@@ -2,6 +2,7 @@
 breaks one rule the way a GPU backend could, and expects the error a real
 GPU would give (or the error standing in for its undefined behaviour)."""
 
+import contextlib
 import types
 
 import numpy as np
@@ -134,12 +135,20 @@ def test_a_pool_refuses_past_its_limit_with_cupys_error(cp):
     del kept
 
 
-def test_capture_records_work_that_each_launch_replays(cp):
+@contextlib.contextmanager
+def capturing(cp):
+    """A non-blocking stream, after the work queued so far, capturing from a
+    memory pool of its own."""
     stream = cp.cuda.Stream(non_blocking=True)
-    x = cp.zeros(3)
     cp.cuda.get_current_stream().synchronize()
     with stream, cp.cuda.using_allocator(cp.cuda.MemoryPool().malloc):
         stream.begin_capture()
+        yield stream
+
+
+def test_capture_records_work_that_each_launch_replays(cp):
+    x = cp.zeros(3)
+    with capturing(cp) as stream:
         y = x + 1
         x[...] = y
         graph = stream.end_capture()
@@ -294,11 +303,8 @@ def test_memory_a_graph_replays_may_not_be_freed(cp):
 
 
 def test_capture_refuses_sizes_read_on_the_host(cp):
-    stream = cp.cuda.Stream(non_blocking=True)
     x = cp.arange(4.0)
-    cp.cuda.get_current_stream().synchronize()
-    with stream, cp.cuda.using_allocator(cp.cuda.MemoryPool().malloc):
-        stream.begin_capture()
+    with capturing(cp):
         with pytest.raises(simgpu.CUDARuntimeError, match="read on the host"):
             x[x > 1]
 
