@@ -309,7 +309,7 @@ def simulated_names(modules, package="towerflow.simgpu"):
     where it is a class of the simulator's ``package`` (NumPy's dtype
     classes, offered as CuPy offers them, are NumPy's own)::
 
-        simulated_names(towerflow.simgpu.modules.build("sim", 2**30))
+        simulated_names(towerflow.simgpu.modules.build())
         # [Offered('cupy.ElementwiseKernel', <class ...>, None, 'cupy'), ...]
     """
     found = []

@@ -34,6 +34,7 @@ if not hasattr(cupy, "__file__"):
 from towerflow import backends
 from towerflow.backends import numpy_backend
 from towerflow.graph import registry
+from towerflow.simgpu import modules as simgpu_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 # All of towerflow but the simulator (checked against CuPy below, as a whole).
@@ -303,27 +304,14 @@ def test_the_devices_report_names_the_nccl_version():
 # -- the simulated CuPy (towerflow/simgpu) -----------------------------------------------
 
 
-def simulated_cupy():
-    """{CuPy module name: simulated module} of towerflow/simgpu (what it puts
-    in sys.modules), or None while it does not exist."""
-    if not (ROOT / "towerflow" / "simgpu").is_dir():
-        return None
-    from towerflow.simgpu import modules
-    return modules.build("conformance check", 2**30)
-
-
-_ONLY_SIMULATED = "the simulator's own helper, public on a class CuPy's lacks it on"
 # Mismatches found in the simulator, to be fixed there (strict: a fixed one
 # turns red here; then drop its line).
 KNOWN_SIMULATOR_MISMATCHES = {}
-SIMULATED = simulated_cupy()
+# {CuPy module name: simulated module}: what towerflow/simgpu puts in sys.modules
+SIMULATED = simgpu_modules.build()
 
 
 def simulated_cases():
-    if SIMULATED is None:
-        return [pytest.param(None, id="simgpu", marks=pytest.mark.skip(
-            reason="towerflow/simgpu does not exist yet; once it does, each name it "
-                   "offers is checked here"))]
     return [pytest.param(offered, id=offered.name, marks=[pytest.mark.xfail(
                 strict=True, reason=KNOWN_SIMULATOR_MISMATCHES[offered.name])]
                 if offered.name in KNOWN_SIMULATOR_MISMATCHES else [])
@@ -332,7 +320,7 @@ def simulated_cases():
 
 @pytest.fixture(scope="module")
 def missing_simulated():
-    offered = cupy_api.simulated_names(SIMULATED) if SIMULATED else []
+    offered = cupy_api.simulated_names(SIMULATED)
     return cupy_api.missing_in_fresh_process([(item.name, item.module) for item in offered])
 
 

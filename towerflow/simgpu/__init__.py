@@ -78,7 +78,7 @@ def install(gpus=1, memory_bytes=DEFAULT_MEMORY, name=DEFAULT_NAME):
         uninstall()
     state.set_world(clock.World(int(gpus), int(memory_bytes), name))
     nccl.reset()
-    built = modules.build(name, int(memory_bytes))
+    built = modules.build()
     for module_name, module in built.items():
         _SAVED.setdefault(module_name, sys.modules.get(module_name))
         if module_name in modules.IMPORTED_ON_DEMAND:

@@ -99,7 +99,7 @@ def check_seal(graph, stream):
 
 
 def _owned_by(block, graph):
-    return getattr(block.pool, "graph_owner", None) is graph
+    return block.pool.graph_owner is graph
 
 
 def _stamp(block, graph):
@@ -312,10 +312,6 @@ def allocate(nbytes):
         raise ValueError(f"the allocator gave memory on GPU {memptr.device_id} while GPU "
                          f"{world.current_device} is current")
     return memptr
-
-
-def new_array(shape, dtype):
-    return ndarray(shape, dtype)
 
 
 # -- launching NumPy computations as device work ----------------------------------------------

@@ -69,9 +69,8 @@ class World:
         self.host_clock = Clock()
         self.stream_ids = itertools.count(1)
         self.capturing = {}             # stream key -> Graph being recorded
-        self.all_streams = []
+        self.streams = {}               # (device, ptr) -> Stream; ptr 0: the null stream
         self._local = threading.local()
-        self.null_streams = {}
 
     # -- per-thread state ------------------------------------------------------------
 
@@ -94,9 +93,9 @@ class World:
         return stream if stream is not None else self.null_stream(device)
 
     def null_stream(self, device):
-        if device not in self.null_streams:
-            self.null_streams[device] = Stream(null=True, _world=self, _device=device)
-        return self.null_streams[device]
+        stream = self.streams.get((device, 0))
+        return stream if stream is not None else \
+            Stream(null=True, _world=self, _device=device)
 
     def check_device(self, index):
         if not 0 <= index < self.gpu_count:
@@ -142,7 +141,7 @@ class Stream:
         self.clock = Clock()
         self.ptr = 0 if null else 0x7000_0000 + next(world.stream_ids)
         self._saved = []
-        world.all_streams.append(self)
+        world.streams[(device, self.ptr)] = self
 
     def _issue(self):
         """Queue one piece of work: returns its clock (what it follows, itself
@@ -295,17 +294,14 @@ class Graph:
 
     def __init__(self, stream):
         self.device_id = stream.device_id
-        self.origin = stream
         self.nodes = []
         self.invalidated = None
-        self.closed = False
 
     def _add(self, node):
         self.nodes.append(node)
 
     def _close(self):
         from . import arrays
-        self.closed = True
         arrays.seal(self)
 
     def launch(self, stream=None):

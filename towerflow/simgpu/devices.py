@@ -31,8 +31,8 @@ class Device:
     def synchronize(self):
         world = state.world()
         world.refuse_during_capture("cudaDeviceSynchronize", device=self.id)
-        streams = [world.null_stream(self.id)] + list(_streams_of(world, self.id))
-        for stream in streams:
+        world.null_stream(self.id)          # (made if nothing used it yet)
+        for stream in _streams_of(world, self.id):
             world.host_waits_for(stream._done_clock())
 
     @property
@@ -54,7 +54,7 @@ class Device:
 
 
 def _streams_of(world, device_id):
-    return [stream for stream in world.all_streams if stream.device_id == device_id]
+    return [stream for (device, _), stream in world.streams.items() if device == device_id]
 
 
 def pci_bus_id(index):
@@ -65,9 +65,6 @@ class Runtime:
     """cupy.cuda.runtime, as far as towerflow calls it."""
 
     CUDARuntimeError = clocks.CUDARuntimeError
-
-    def __init__(self, name, memory_bytes):
-        self._name, self._memory = name, memory_bytes
 
     @staticmethod
     def _visible():
@@ -100,8 +97,9 @@ class Runtime:
         state.world().current_device = device
 
     def getDeviceProperties(self, device):
-        state.world().check_device(device)
-        return {"name": self._name.encode(), "totalGlobalMem": self._memory,
+        world = state.world()
+        world.check_device(device)
+        return {"name": world.name.encode(), "totalGlobalMem": world.memory_bytes,
                 "major": 9, "minor": 0, "multiProcessorCount": 132}
 
     def deviceGetPCIBusId(self, device):
@@ -109,7 +107,8 @@ class Runtime:
 
     def memGetInfo(self):
         used = sum(pool.total_bytes() for pool in state.pools_of(self.getDevice()))
-        return self._memory - used, self._memory
+        total = state.world().memory_bytes
+        return total - used, total
 
     def deviceSynchronize(self):
         Device().synchronize()

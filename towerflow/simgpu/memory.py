@@ -40,7 +40,6 @@ class Block:
         self.ptr = _ADDRESSES.assign(self, device_id, nbytes)
         self.last_write = None          # (stream key, seq) or None: never written
         self.reads = {}                 # stream key -> seq, since the last write
-        self.graph_owner = None         # the capture this pool's block belongs to
         self.generation = 0             # counts hand-outs and frees (see arrays.replayable)
         self.handouts = 0               # how often a pool handed it out
         self.poison()
@@ -137,6 +136,7 @@ class MemoryPool:
         self._world = state.world()
         self._per_device = {}
         self.ever_allocated = False
+        self.graph_owner = None         # the capture whose graph allocates from it
         state.track_pool(self)
 
     def _sub(self, device_id=None):
@@ -240,7 +240,7 @@ def _check_capture_allocation(world, stream, pool):
     graph = world.capture_of(stream)
     if graph is None:
         return
-    if pool.ever_allocated and getattr(pool, "graph_owner", None) is not graph:
+    if pool.ever_allocated and pool.graph_owner is not graph:
         raise clocks.capture_error(
             "an allocation during stream capture from a memory pool that also serves work "
             "outside the graph: its blocks could be reused while the graph still uses "

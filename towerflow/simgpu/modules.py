@@ -198,9 +198,9 @@ def _module(name, **attributes):
 IMPORTED_ON_DEMAND = ("cupy.cuda.nccl",)
 
 
-def build(gpu_name, memory_bytes):
-    """{module name: module} of the simulated CuPy."""
-    runtime = devices.Runtime(gpu_name, memory_bytes)
+def build():
+    """{module name: module} of the simulated CuPy (of the installed world)."""
+    runtime = devices.Runtime()
     runtime_module = _module("cupy.cuda.runtime", CUDARuntimeError=clock.CUDARuntimeError,
                              **{name: getattr(runtime, name) for name in dir(runtime)
                                 if not name.startswith("_") and name != "CUDARuntimeError"})

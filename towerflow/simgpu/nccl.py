@@ -193,9 +193,10 @@ def _check_same_call(calls):
 def _stream_of(call):
     world = state.world()
     communicator, stream_ptr = call[0], call[6]
-    for stream in [world.null_stream(communicator._device)] + world.all_streams:
-        if stream.ptr == stream_ptr and stream.device_id == communicator._device:
-            return stream
+    world.null_stream(communicator._device)         # (made if nothing used it yet)
+    stream = world.streams.get((communicator._device, stream_ptr))
+    if stream is not None:
+        return stream
     raise NcclError(5, f"ncclInvalidArgument: stream {stream_ptr:#x} is not a stream of "
                        f"rank {communicator._rank}'s GPU {communicator._device}")
 
