@@ -9,6 +9,7 @@ import sys
 import time
 
 from .device import DeviceSpec, runtime
+from .run_record import option_flag
 
 
 def positive_int(text):
@@ -150,7 +151,7 @@ def resume_command(args):
     for name in _RESUME_OPTIONS:
         value, unset = getattr(args, name), _UNSET.get(name)
         if value is not None and value != unset and value is not False:
-            words += [_flag(name)] if value is True else [_flag(name), str(value)]
+            words += [option_flag(name)] if value is True else [option_flag(name), str(value)]
     ranks = _world_size()
     prefix = [f"towerflow launch -n {ranks} --"] if ranks > 1 else []
     return " ".join(prefix + [shlex.quote(word) for word in words] + ["--resume"])
@@ -203,19 +204,12 @@ def _check_script_options(recipe, args):
     given = [name for name, unset in _UNSET.items() if getattr(args, name) != unset]
     declined = [name for name in given if name not in recipe.flags]
     if declined:
-        taken = ", ".join(_flag(name) for name in recipe.flags) or "none"
+        taken = ", ".join(option_flag(name) for name in recipe.flags) or "none"
         raise ValueError(f"recipe {recipe.name!r} does not use "
-                         f"{', '.join(_flag(name) for name in declined)} "
+                         f"{', '.join(option_flag(name) for name in declined)} "
                          f"(its options: {taken}, --seed, --json-out, --quiet)")
     if args.steps is not None and args.epochs is not None:
         raise ValueError(f"recipe {recipe.name!r} takes --steps or --epochs, not both")
-    for name in ("batch_size", "epochs", "steps"):
-        if name in given and getattr(args, name) < 1:
-            raise ValueError(f"{_flag(name)} needs at least 1, got {getattr(args, name)}")
-
-
-def _flag(name):
-    return "--" + name.replace("_", "-")
 
 
 def choose_devices(args):
@@ -234,8 +228,6 @@ def choose_devices(args):
 
 
 def _split_cpu(count):
-    if count < 1:
-        raise ValueError(f"--cpu-towers needs at least 1, got {count}")
     from . import config
     cpu = config.list_physical_devices("CPU")[0]
     if count > 1:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .parallel.mpi import TIMEOUT_VARIABLE
 from .run_control import STOP_FILE_ENV
 
 
@@ -62,7 +63,7 @@ def launch_environment(timeout=None):
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     if timeout is not None:
-        env["TOWERFLOW_COLLECTIVE_TIMEOUT"] = str(float(timeout))
+        env[TIMEOUT_VARIABLE] = str(float(timeout))
     return env
 
 

@@ -60,8 +60,8 @@ def _merged(record, options, path, extend):
     for name in DEFINING:
         given = options.get(name)
         if given is not None and given != record[name]:
-            raise ValueError(f"{_flag(name)} {given} differs from the checkpoint {path} "
-                             f"({_flag(name)} {record[name]}); a resumed run keeps the "
+            raise ValueError(f"{option_flag(name)} {given} differs from the checkpoint {path} "
+                             f"({option_flag(name)} {record[name]}); a resumed run keeps the "
                              "options that define its model and data")
     length = {name: options.get(name) for name in ("steps", "epochs")}
     if any(length.values()) and length != {name: record.get(name) for name in length}:
@@ -121,10 +121,11 @@ def _found(directory):
 
 
 def _describe(length):
-    parts = [f"{_flag(name)} {length[name]}" for name in ("steps", "epochs")
+    parts = [f"{option_flag(name)} {length[name]}" for name in ("steps", "epochs")
              if length.get(name)]
     return " ".join(parts)
 
 
-def _flag(name):
+def option_flag(name):
+    """The command-line flag of an option: option_flag("batch_size") is "--batch-size"."""
     return "--" + name.replace("_", "-")

@@ -192,7 +192,9 @@ def _train(sess, model, pipeline, splits, plan):
     step = first_step = int(sess.run(model.global_step))
     start, examples, last_loss, test_accuracy = time.perf_counter(), 0, None, None
     hook, plan.saved_step = run_control.self_signal_hook(), first_step
-    with run_control.StopSignals() as signals:
+    # NOTE: an OSError without a file name (the curve files' disk full, say)
+    # names the checkpoint folder, which holds them; one context, not one a step.
+    with run_control.StopSignals() as signals, _writing_curve(plan):
         while step < plan.total:
             epoch = pipeline.epochs_completed
             stop = 0
@@ -202,8 +204,7 @@ def _train(sess, model, pipeline, splits, plan):
                     feed = {model.images: images, model.labels: labels, model.training: True}
                     _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed)
                     step, examples = step + 1, examples + len(labels)
-                    with _writing_curve(plan):
-                        means = recorder.add_step(last_loss, accuracy, len(labels))
+                    means = recorder.add_step(last_loss, accuracy, len(labels))
                     bar.update(means.loss, means.accuracy,
                                examples / (time.perf_counter() - start))
                     run_control.maybe_signal_self(hook, step)
@@ -215,8 +216,7 @@ def _train(sess, model, pipeline, splits, plan):
             ended = pipeline.epochs_completed > epoch
             if ended or step >= plan.total:      # a run may end mid-epoch (--steps)
                 test_accuracy = evaluate(sess, model, splits.test)
-                with _writing_curve(plan):
-                    means = recorder.end_epoch(epoch, ended, test_accuracy)
+                means = recorder.end_epoch(epoch, ended, test_accuracy)
                 _end_of_epoch(plan, epoch, ended, (means.loss, means.accuracy, test_accuracy))
             if stop or step >= plan.total or plan.clock.due(step, ended):
                 _save(sess, model, pipeline, plan, step)
