@@ -256,14 +256,14 @@ def _batch_norm_kernels(xp, table, launcher):
     def forward(relu):
         def make(ctx):
             generic = table["FusedBatchNorm"](ctx)
+            fallback = _relu_after(xp, generic) if relu else generic
             if ctx.attrs["is_training"] is not True:    # inference, or a fed flag
-                return _relu_after(xp, generic) if relu else generic
+                return fallback
             epsilon = ctx.attrs["epsilon"]
 
             def run(x, scale, offset, mean, variance):
                 if not _takes(x, scale, offset):
-                    outputs = generic(x, scale, offset, mean, variance)
-                    return (xp.maximum(outputs[0], 0),) + outputs[1:] if relu else outputs
+                    return fallback(x, scale, offset, mean, variance)
                 return batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu)
             return run
         return make
@@ -271,16 +271,15 @@ def _batch_norm_kernels(xp, table, launcher):
     def backward(masked):
         def make(ctx):
             generic = table["FusedBatchNormGrad"](ctx)
+            fallback = _relu_grad_before(generic) if masked else generic
             if ctx.attrs["is_training"] is not True:
-                return _relu_grad_before(generic) if masked else generic
+                return fallback
 
             def run(grad, *inputs):
                 relu_output, (x, scale, mean, inv_std) = \
                     (inputs[0], inputs[1:]) if masked else (None, inputs)
                 if not _takes(grad, x, scale, mean, inv_std):
-                    if masked:
-                        grad = grad * (relu_output > 0)
-                    return generic(grad, x, scale, mean, inv_std)
+                    return fallback(grad, *inputs)
                 return batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale,
                                                 mean, inv_std)
             return run

@@ -206,7 +206,7 @@ def _auto(devices):
     logical device of one physical device (logical CPUs of the host, or
     logical GPUs of one card); 'nccl' for towers on distinct physical GPUs;
     'cpu' otherwise."""
-    if mpi.launched_under_mpi() and mpi.world_size_from_environment() > 1:
+    if mpi.multi_process_launch():
         return "mpi"
     physical = [_physical_of(device) for device in devices]
     if len(set(physical)) == 1:
@@ -221,7 +221,5 @@ def _physical_of(device):
     spec = DeviceSpec.from_string(device)
     if spec.device_type != "GPU":
         return ("CPU", None)
-    for logical in runtime.peek_logical_devices():
-        if logical.device_type == "GPU" and logical.index == (spec.device_index or 0):
-            return ("GPU", logical.gpu.index)
-    return ("GPU", spec.device_index)
+    gpu = _gpu_info_of(device)
+    return ("GPU", gpu.index if gpu is not None else spec.device_index)
