@@ -5,6 +5,10 @@ training steps and prints, per op type and per op, the median time per
 training step in ms::
 
     python benchmarks/profile_step.py [--model cnn] [--steps 30] [--ops 12]
+    python benchmarks/profile_step.py --model cifar10 [--batch 64]
+
+``cifar10`` is the cifar10 recipe's network (benchmarks/gpu_peers.py's
+training step, on /cpu:0).
 
 Timing each kernel adds a few microseconds per op; the step total printed
 first is measured without it.
@@ -20,11 +24,20 @@ import cpu_peers
 from towerflow import plan as plan_module
 
 
-def profile(model, steps):
+def training_step(model, batch):
+    """(run one step on a batch, batches) for a cpu_peers model or the cifar10 network."""
+    if model == "cifar10":
+        import gpu_peers
+        step = gpu_peers.TowerflowStep(batch or 64, "float32", "/cpu:0", cuda_graphs=False)
+        return step.run, gpu_peers.make_batches(batch or 64)
+    spec = dict(cpu_peers.MODELS[model])
+    spec["batch"] = batch or spec["batch"]
+    return cpu_peers.towerflow_step(model, spec), cpu_peers.make_batches(spec)
+
+
+def profile(model, steps, batch=None):
     """({op name: [seconds per step]}, {op name: op type}, [untimed step seconds])."""
-    spec = cpu_peers.MODELS[model]
-    run_step = cpu_peers.towerflow_step(model, spec)
-    batches = cpu_peers.make_batches(spec)
+    run_step, batches = training_step(model, batch)
     for batch in batches[:3]:
         run_step(batch)
     plain = []
@@ -60,11 +73,13 @@ def _timed_run(per_op, op_types):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="cnn", choices=sorted(cpu_peers.MODELS))
+    parser.add_argument("--model", default="cnn", choices=sorted(cpu_peers.MODELS) + ["cifar10"])
+    parser.add_argument("--batch", type=int, default=None,
+                        help="batch size (default: the model's own; 64 for cifar10)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--ops", type=int, default=12, help="how many of the slowest ops")
     args = parser.parse_args()
-    per_op, op_types, plain = profile(args.model, args.steps)
+    per_op, op_types, plain = profile(args.model, args.steps, args.batch)
     print(f"{args.model}: step {statistics.median(plain) * 1e3:.1f} ms (median of "
           f"{args.steps}, untimed)")
     medians = {name: statistics.median(times) * 1e3 for name, times in per_op.items()}
