@@ -125,7 +125,7 @@ class WinogradConv:
             TERMS, tiles, self.out_channels)
         _ran(native.winograd_input(x, self.top, self.left, self.out_h, self.out_w, kept,
                                    first_tile), "input", x)
-        np.matmul(kept[:, first_tile:first_tile + tiles], self.filter, out=products)
+        _ran(native.winograd_gemms(kept, first_tile, self.filter, products), "GEMM", kept)
         _ran(native.winograd_output(products, (n, self.out_h, self.out_w, self.out_channels),
                                     out), "output", out)
 
@@ -162,8 +162,10 @@ def tile_products(kept, grad, first_image, workspace):
     tiles = n * per_image
     transformed = workspace[:TERMS * tiles * out_channels].reshape(TERMS, tiles, out_channels)
     _ran(native.winograd_grad_tiles(grad, transformed), "gradient", grad)
-    first = first_image * per_image
-    return np.matmul(kept[:, first:first + tiles].transpose(0, 2, 1), transformed)
+    products = np.empty((TERMS, kept.shape[2], out_channels), grad.dtype)
+    _ran(native.winograd_gemms(kept, first_image * per_image, transformed, products, sums=True),
+         "GEMM", kept)
+    return products
 
 
 def grad_workspace(grad, images):
