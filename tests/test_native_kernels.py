@@ -6,6 +6,7 @@ and infinities, for every geometry they take; and NumPy for everything else.
 
 import shutil
 import sysconfig
+import threading
 import types
 
 import numpy as np
@@ -222,7 +223,17 @@ def test_a_conv_pool_step_matches_the_numpy_kernels(monkeypatch):
     # path it is never written out
     assert (compiled[0].shape, compiled[0].dtype) == (numpy[0].shape, numpy[0].dtype)
     assert compiled[0].strides == (0, 0, 0, 0)
-    for name, got, want in zip(["pooled", "winners", "pool grad"], compiled[1:4], numpy[1:4]):
+    # The compiled GEMM sums the 27 products in another order than OpenBLAS:
+    # each sum within 27 * eps/2 * sum|products| of the exact one (Higham's
+    # bound), so the two within twice that; sum|products| <= max|x| * the
+    # largest column sum of |w|. The winners and the pool gradient are the
+    # same (no near-tie in this data).
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((5, 12, 12, 3)), rng.standard_normal((3, 3, 3, 8))
+    magnitude = np.abs(x).max() * np.abs(w).reshape(27, 8).sum(axis=0).max()
+    np.testing.assert_allclose(compiled[1], numpy[1], rtol=0,
+                               atol=27 * np.finfo(np.float32).eps * magnitude)
+    for name, got, want in zip(["winners", "pool grad"], compiled[2:4], numpy[2:4]):
         np.testing.assert_array_equal(got, want, err_msg=name)
     for name, got, want in zip(["dx", "dw"], compiled[4:], numpy[4:]):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
@@ -248,3 +259,51 @@ def test_float16_convolutions_take_the_numpy_path(monkeypatch):
     monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
     for got, want in zip(compiled, run()):
         np.testing.assert_array_equal(got, want)
+
+
+# -- the compiled GEMM (Winograd's 36 products, im2col's thin GEMMs) --------------------
+
+GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (5, 0, 40),
+               (0, 4, 32)]
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("transposed", [False, True], ids=["a@b", "a.T@b"])
+@pytest.mark.parametrize("m, k, n", GEMM_SHAPES)
+def test_the_compiled_gemm_is_a_matrix_product(dtype, transposed, m, k, n):
+    # rows past the kernel's 6-row blocks, columns past its 2-vector blocks and
+    # under one vector, an empty inner dimension and an empty product
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((k, m) if transposed else (m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    out = np.full((m, n), np.nan, dtype)
+    assert native.gemm(a, b, out, transposed=transposed)
+    left = a.T if transposed else a
+    exact = left.astype(np.float64) @ b.astype(np.float64)
+    # Higham: a sum of k products is within k * eps/2 * sum|products| of the exact one
+    bound = k * np.finfo(dtype).eps / 2 * (np.abs(left).astype(np.float64) @ np.abs(b))
+    assert np.all(np.abs(out - exact) <= bound)
+
+
+@needs_native
+def test_the_compiled_gemm_refuses_mismatched_shapes_by_name():
+    a, b = np.ones((4, 3), np.float32), np.ones((4, 5), np.float32)
+    with pytest.raises(ValueError, match=r"gemm: shapes \(4, 3\) @ \(4, 5\)"):
+        native.gemm(a, b, np.empty((4, 5), np.float32))
+    assert not native.gemm(a, b.astype(np.float64), np.empty((3, 5)), transposed=True)
+
+
+@needs_native
+def test_the_compiled_gemm_gives_the_same_bits_on_every_thread():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((60, 50)).astype(np.float32), \
+        rng.standard_normal((50, 40)).astype(np.float32)
+    outs = [np.empty((60, 40), np.float32) for _ in range(4)]
+    threads = [threading.Thread(target=native.gemm, args=(a, b, out)) for out in outs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])

@@ -882,6 +882,43 @@ static PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* gemm((m, k, n, transposed), a, b, c): c[m, n] = a @ b (a [m, k]), or with
+ * transposed a^T @ b (a [k, m]); see gemm_f32. */
+static PyObject *py_gemm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *a_obj, *b_obj, *c_obj;
+    Py_ssize_t m, k, n;
+    int transposed;
+    if (!PyArg_ParseTuple(args, "O!OOO:gemm", &PyTuple_Type, &shape, &a_obj, &b_obj, &c_obj)
+        || !PyArg_ParseTuple(shape, "nnnp", &m, &k, &n, &transposed))
+        return NULL;
+    if (m < 0 || k < 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "geometry (m, k, n, transposed): sizes must be >= 0");
+        return NULL;
+    }
+    char kind = float_kind(a_obj, "a");
+    if (!kind)
+        return NULL;
+    Views views = {.held = 0};
+    void *a, *b, *c;
+    if (take(&views, a_obj, 0, kind, SIZES(m, k), "a", &a) < 0
+        || take(&views, b_obj, 0, kind, SIZES(k, n), "b", &b) < 0
+        || take(&views, c_obj, 1, kind, SIZES(m, n), "c", &c) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    const Py_ssize_t a_row = transposed ? 1 : k, a_col = transposed ? m : 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        gemm_f32(a, a_row, a_col, b, c, m, k, n);
+    else
+        gemm_f64(a, a_row, a_col, b, c, m, k, n);
+    Py_END_ALLOW_THREADS
+    release_all(&views);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"im2col", py_im2col, METH_VARARGS,
      "im2col(geometry, x, patches): the [N*OH*OW, KH*KW*C] patch matrix of the NHWC x "
@@ -906,6 +943,9 @@ static PyMethodDef methods[] = {
     {"winograd_grad_tiles", py_winograd_grad_tiles, METH_VARARGS,
      "winograd_grad_tiles(geometry, v, grad): v[36, tiles, O] = A e A^T of each 4x4 tile e "
      "of the NHWC output gradient (zeros past its edge), for the filter gradient."},
+    {"gemm", py_gemm, METH_VARARGS,
+     "gemm(geometry, a, b, c): c = a @ b, or a^T @ b (the register-blocked kernel of "
+     "Winograd's GEMMs, for thin inner dimensions)."},
     {"winograd_gemms", py_winograd_gemms, METH_VARARGS,
      "winograd_gemms(geometry, u, w, m): the 36 GEMMs of a block of Winograd tiles "
      "(m[t] = u[t] @ w[t], or with sums u[t]^T @ w[t]; see _native.c)."},

@@ -109,6 +109,28 @@ def winograd_output(m, shape, y):
     return True
 
 
+# The compiled GEMM beats OpenBLAS (through NumPy, one thread) about 2x where
+# the product's rows are short: im2col's patches @ filter (27 to 800 wide),
+# col2im's grad @ filter^T, and a^T @ b with up to this many output rows; with
+# more (a 5x5 filter gradient's 800), OpenBLAS's cache blocking wins.
+GEMM_MAX_TRANSPOSED_ROWS = 320
+
+
+def gemm(a, b, out, transposed=False):
+    """out = a @ b (a [M, K], b [K, N], out [M, N]), or with ``transposed``
+    out = a^T @ b (a [K, M]), by the compiled register-blocked kernel; False
+    where it does not apply (then nothing is written)."""
+    if not (accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
+            and _same_floats(a, b, out)):
+        return False
+    rows, inner = (a.shape[1], a.shape[0]) if transposed else a.shape
+    if b.shape != (inner, out.shape[1]) or out.shape[0] != rows:
+        raise ValueError(f"gemm: shapes {a.shape}{'^T' if transposed else ''} @ {b.shape} "
+                         f"-> {out.shape} do not match")
+    _compiled.gemm((rows, inner, out.shape[1], transposed), a, b, out)
+    return True
+
+
 def winograd_gemms(u, first_tile, w, m, sums=False):
     """The 36 GEMMs of a block of Winograd tiles, into ``m``: u[36, plane, C]
     holds the transformed inputs, the block being tiles ``first_tile`` ..

@@ -8,7 +8,7 @@ run::
     dw = matmul_over_rows(np, pool, patches, grad2d)   # patches.T @ grad2d
 """
 
-from . import cpu_threads
+from . import cpu_threads, native
 from .cpu_threads import split
 
 
@@ -54,6 +54,15 @@ def matmul_by_rows(xp, parallel, a, b):
     return out
 
 
+def _transposed_product(xp, a, b):
+    """a.T @ b, by the compiled GEMM where it applies and wins (see native.py)."""
+    if a.shape[1] <= native.GEMM_MAX_TRANSPOSED_ROWS:
+        out = xp.empty((a.shape[1], b.shape[1]), xp.result_type(a, b))
+        if native.gemm(a, b, out, transposed=True):
+            return out
+    return xp.matmul(a.T, b)
+
+
 def matmul_over_rows(xp, parallel, a, b):
     """a.T @ b for tall a and b: their shared rows are split across the workers
     and the partial products added in part order (a fixed order)."""
@@ -67,7 +76,7 @@ def matmul_over_rows(xp, parallel, a, b):
 
     def part(index):
         start, stop = ranges[index]
-        partial[index] = xp.matmul(a[start:stop].T, b[start:stop])
+        partial[index] = _transposed_product(xp, a[start:stop], b[start:stop])
     parallel.run(part, parts)
     total = partial[0]
     for value in partial[1:]:
