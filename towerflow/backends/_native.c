@@ -32,6 +32,14 @@ typedef struct {
  * than NumPy). */
 #define BLOCK 64
 
+/* Hot loops are compiled for AVX-512, AVX2 and plain x86-64, and the CPU picks
+ * one at load time (GCC's target_clones): one build runs everywhere. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
+
 /* np.maximum(m, a): NaN in either gives NaN, ties keep the first argument. */
 #define NP_MAX(m, a) (((m) >= (a) || (m) != (m)) ? (m) : (a))
 
@@ -322,7 +330,7 @@ static void load_tile_##SUFFIX(const T *restrict image, Py_ssize_t height,      
                                                                                         \
 /* u[36, plane_tiles, C] from tile first_tile on = B^T d B of every tile's 6x6          \
  * input window (zeros outside the input), the 36 terms row-major. */                   \
-static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
+CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
                                     const WinogradGeometry *g)                          \
 {                                                                                       \
     const Py_ssize_t c = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
@@ -352,7 +360,7 @@ static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,         
 /* v[36, N * TH * TW, O] = A e A^T of every 4x4 tile e of the output gradient           \
  * (zeros past its edge): the filter gradient of a tile is G^T [(A e A^T) *             \
  * (B^T d B)] G, the forward pass's transpose. */                                       \
-static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *restrict v,         \
+CPU_CLONES static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *restrict v,         \
                                          const WinogradGeometry *g)                     \
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
@@ -380,7 +388,7 @@ static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *restrict v, 
                                                                                         \
 /* y[N, OH, OW, O] = A^T m A of every tile, m[36, N * TH * TW, O] (the GEMMs'   \
  * output); a tile's rows and columns past the output's edge are dropped. */       \
-static void winograd_output_##SUFFIX(const T *restrict m, T *restrict y,                \
+CPU_CLONES static void winograd_output_##SUFFIX(const T *restrict m, T *restrict y,                \
                                      const WinogradGeometry *g)                         \
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
@@ -442,11 +450,6 @@ DEFINE_WINOGRAD(double, f64)
 
 #define GEMM_ROWS 6
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CPU_CLONES
-#endif
 
 /* c[i, j] = sum_p a(i, p) b[p, j], i < m, j < n, a(i, p) = a[i * a_row + p * a_col],
  * b [k, n] and c [m, n] C-contiguous; VEC holds LANES items. */
