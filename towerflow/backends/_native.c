@@ -451,15 +451,32 @@ DEFINE_WINOGRAD(double, f64)
 #define GEMM_ROWS 6
 
 
-/* c[i, j] = sum_p a(i, p) b[p, j], i < m, j < n, a(i, p) = a[i * a_row + p * a_col],
- * b [k, n] and c [m, n] C-contiguous; VEC holds LANES items. */
+/* c[i, j] = sum_p a(i, p) b[p, j] (with accumulate: c[i, j] += that sum), i < m,
+ * j < n, a(i, p) = a[i * a_row + p * a_col], b [k, n] and c [m, n] C-contiguous;
+ * a vector holds LANES items. */
+#define STORE_GEMM(T, vec, out, low, high, lanes)                                       \
+    do {                                                                                \
+        vec low_ = (low), high_ = (high);                                               \
+        if (accumulate) {                                                               \
+            vec old_low, old_high;                                                      \
+            memcpy(&old_low, (out), sizeof old_low);                                    \
+            memcpy(&old_high, (out) + (lanes), sizeof old_high);                        \
+            low_ += old_low;                                                            \
+            high_ += old_high;                                                          \
+        }                                                                               \
+        memcpy((out), &low_, sizeof low_);                                              \
+        memcpy((out) + (lanes), &high_, sizeof high_);                                  \
+    } while (0)
+#define STORE_f32(out, low, high) STORE_GEMM(float, vec_f32, out, low, high, 16)
+#define STORE_f64(out, low, high) STORE_GEMM(double, vec_f64, out, low, high, 8)
+
 #define DEFINE_GEMM(T, SUFFIX, LANES)                                                    \
 typedef T vec_##SUFFIX __attribute__((vector_size((LANES) * sizeof(T)), aligned(sizeof(T)))); \
                                                                                         \
 CPU_CLONES                                                                              \
 static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_col,      \
                           const T *restrict b, T *restrict c, Py_ssize_t m,             \
-                          Py_ssize_t k, Py_ssize_t n)                                   \
+                          Py_ssize_t k, Py_ssize_t n, int accumulate)                   \
 {                                                                                       \
     const Py_ssize_t wide = 2 * (LANES);                                                \
     Py_ssize_t j = 0;                                                                   \
@@ -478,10 +495,8 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
                     acc[r][1] += s * b1;                                                \
                 }                                                                       \
             }                                                                           \
-            for (int r = 0; r < GEMM_ROWS; r++) {                                       \
-                memcpy(c + (i + r) * n + j, &acc[r][0], sizeof acc[r][0]);              \
-                memcpy(c + (i + r) * n + j + (LANES), &acc[r][1], sizeof acc[r][1]);    \
-            }                                                                           \
+            for (int r = 0; r < GEMM_ROWS; r++)                                         \
+                STORE_##SUFFIX(c + (i + r) * n + j, acc[r][0], acc[r][1]);              \
         }                                                                               \
         for (; i < m; i++) {                                                            \
             vec_##SUFFIX acc0 = {0}, acc1 = {0};                                        \
@@ -493,8 +508,7 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
                 acc0 += s * b0;                                                         \
                 acc1 += s * b1;                                                         \
             }                                                                           \
-            memcpy(c + i * n + j, &acc0, sizeof acc0);                                  \
-            memcpy(c + i * n + j + (LANES), &acc1, sizeof acc1);                        \
+            STORE_##SUFFIX(c + i * n + j, acc0, acc1);                                  \
         }                                                                               \
     }                                                                                   \
     for (; j < n; j++)              /* the columns past the last whole block */         \
@@ -502,7 +516,7 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
             T sum = 0;                                                                  \
             for (Py_ssize_t p = 0; p < k; p++)                                          \
                 sum += a[i * a_row + p * a_col] * b[p * n + j];                         \
-            c[i * n + j] = sum;                                                         \
+            c[i * n + j] = accumulate ? c[i * n + j] + sum : sum;                       \
         }                                                                               \
 }
 
@@ -512,7 +526,8 @@ DEFINE_GEMM(double, f64, 8)
 /* The 36 GEMMs of one block of tiles: u holds [36, plane_tiles, C] transformed
  * inputs, the block its tiles first .. first + tiles - 1 of every plane.
  * sums 0: m[36, tiles, O] = u_block[t] @ w[t], w [36, C, O] (the forward pass);
- * sums 1: m[36, C, O] = u_block[t]^T @ w[t], w [36, tiles, O] (filter gradient). */
+ * sums 1: m[36, C, O] += u_block[t]^T @ w[t], w [36, tiles, O] (the filter
+ * gradient's sums, added block after block). */
 #define DEFINE_WINOGRAD_GEMMS(T, SUFFIX)                                                 \
 static void winograd_gemms_##SUFFIX(const T *u, const T *w, T *m, Py_ssize_t plane_tiles, \
                                     Py_ssize_t first, Py_ssize_t tiles, Py_ssize_t c,   \
@@ -521,9 +536,9 @@ static void winograd_gemms_##SUFFIX(const T *u, const T *w, T *m, Py_ssize_t pla
     for (int t = 0; t < 36; t++) {                                                      \
         const T *block = u + (t * plane_tiles + first) * c;                             \
         if (sums)                                                                       \
-            gemm_##SUFFIX(block, 1, c, w + t * tiles * o, m + t * c * o, c, tiles, o);  \
+            gemm_##SUFFIX(block, 1, c, w + t * tiles * o, m + t * c * o, c, tiles, o, 1); \
         else                                                                            \
-            gemm_##SUFFIX(block, c, 1, w + t * c * o, m + t * tiles * o, tiles, c, o);  \
+            gemm_##SUFFIX(block, c, 1, w + t * c * o, m + t * tiles * o, tiles, c, o, 0); \
     }                                                                                   \
 }
 
@@ -914,9 +929,9 @@ static PyObject *py_gemm(PyObject *self, PyObject *args)
     const Py_ssize_t a_row = transposed ? 1 : k, a_col = transposed ? m : 1;
     Py_BEGIN_ALLOW_THREADS
     if (kind == 'f')
-        gemm_f32(a, a_row, a_col, b, c, m, k, n);
+        gemm_f32(a, a_row, a_col, b, c, m, k, n, 0);
     else
-        gemm_f64(a, a_row, a_col, b, c, m, k, n);
+        gemm_f64(a, a_row, a_col, b, c, m, k, n, 0);
     Py_END_ALLOW_THREADS
     release_all(&views);
     Py_RETURN_NONE;

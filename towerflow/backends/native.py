@@ -135,9 +135,9 @@ def winograd_gemms(u, first_tile, w, m, sums=False):
     """The 36 GEMMs of a block of Winograd tiles, into ``m``: u[36, plane, C]
     holds the transformed inputs, the block being tiles ``first_tile`` ..
     ``first_tile + tiles - 1``; ``m[t] = u_block[t] @ w[t]`` (w [36, C, O], m
-    [36, tiles, O]), or with ``sums`` ``m[t] = u_block[t]^T @ w[t]`` (w [36,
-    tiles, O], m [36, C, O]: the filter gradient). False if the compiled
-    kernel does not apply."""
+    [36, tiles, O]), or with ``sums`` ``m[t] += u_block[t]^T @ w[t]`` (w [36,
+    tiles, O], m [36, C, O]: the filter gradient, added to what ``m``
+    holds). False if the compiled kernel does not apply."""
     if not (accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3 and _same_floats(u, w, m)):
         return False
     tiles = w.shape[1] if sums else m.shape[1]

@@ -153,23 +153,22 @@ def kept_tiles(patches, grad):
     return patches.reshape(TERMS, tiles, channels)
 
 
-def tile_products(kept, grad, first_image, workspace):
-    """The [36, C, O] sums over the tiles of images ``first_image``.. (``grad``
-    holds their output gradient) of U^T (A e A^T), U the ``kept`` inputs:
-    the filter gradient before :func:`filter_gradient`."""
+def add_tile_products(kept, grad, first_image, workspace, sums):
+    """Add to ``sums`` [36, C, O] the sums over the tiles of images
+    ``first_image``.. (``grad`` holds their output gradient) of U^T (A e
+    A^T), U the ``kept`` inputs: the filter gradient before
+    :func:`filter_gradient`."""
     n, out_h, out_w, out_channels = grad.shape
     per_image = tiles_per_image(out_h, out_w)
     tiles = n * per_image
     transformed = workspace[:TERMS * tiles * out_channels].reshape(TERMS, tiles, out_channels)
     _ran(native.winograd_grad_tiles(grad, transformed), "gradient", grad)
-    products = np.empty((TERMS, kept.shape[2], out_channels), grad.dtype)
-    _ran(native.winograd_gemms(kept, first_image * per_image, transformed, products, sums=True),
+    _ran(native.winograd_gemms(kept, first_image * per_image, transformed, sums, sums=True),
          "GEMM", kept)
-    return products
 
 
 def grad_workspace(grad, images):
-    """A buffer for :func:`tile_products` over blocks of up to ``images`` images."""
+    """A buffer for :func:`add_tile_products` over blocks of up to ``images`` images."""
     return np.empty(images * _grad_tile_values(grad), grad.dtype)
 
 
