@@ -152,19 +152,19 @@ def test_the_compiled_transforms_match_their_matrices():
                 padded[:, row, col] = x[:, row - top, col - left]
     windows = np.stack([padded[:, 4 * ty:4 * ty + 6, 4 * tx:4 * tx + 6]
                         for ty in range(2) for tx in range(2)], axis=1)   # [n, tile, 6, 6, c]
-    want = np.einsum("ai,ntijc,bj->abntc", b_t, windows, b_t).reshape(36, 8, 3)
-    u = np.full((36, 10, 3), np.nan)                # two spare tiles either side stay put
+    want = np.einsum("ai,ntijc,bj->ntabc", b_t, windows, b_t).reshape(8, 36, 3)
+    u = np.full((10, 36, 3), np.nan)                # two spare tiles either side stay put
     assert native.winograd_input(x, top, left, out_h, out_w, u, first_tile=1)
-    np.testing.assert_allclose(u[:, 1:9], want, rtol=1e-13, atol=1e-13)
-    assert np.isnan(u[:, 0]).all() and np.isnan(u[:, 9]).all()
+    np.testing.assert_allclose(u[1:9], want, rtol=1e-13, atol=1e-13)
+    assert np.isnan(u[0]).all() and np.isnan(u[9]).all()
 
     grad = rng.standard_normal((2, 5, 6, 3))
     tiles = np.zeros((2, 8, 8, 3))
     tiles[:, :5, :6] = grad
     blocks = np.stack([tiles[:, 4 * ty:4 * ty + 4, 4 * tx:4 * tx + 4]
                        for ty in range(2) for tx in range(2)], axis=1)
-    want = np.einsum("ia,ntijc,jb->abntc", a_t, blocks, a_t).reshape(36, 8, 3)
-    v = np.empty((36, 8, 3))
+    want = np.einsum("ia,ntijc,jb->ntabc", a_t, blocks, a_t).reshape(8, 36, 3)
+    v = np.empty((8, 36, 3))
     assert native.winograd_grad_tiles(grad, v)
     np.testing.assert_allclose(v, want, rtol=1e-13, atol=1e-13)
 
@@ -173,12 +173,12 @@ def test_bad_tile_buffers_are_refused_by_name():
     x = np.zeros((1, 8, 8, 16), np.float32)
     with pytest.raises(ValueError, match="u: expected 2304 items"):  # 36 * 4 tiles * 16
         native._compiled.winograd_input((1, 8, 8, 16, 1, 1, 8, 8, 0, 4), x,
-                                        np.zeros((36, 3, 16), np.float32))
+                                        np.zeros((3, 36, 16), np.float32))
     with pytest.raises(ValueError, match="m: expected"):
-        native.winograd_output(np.zeros((36, 3, 16), np.float32), (1, 8, 8, 16), x)
+        native.winograd_output(np.zeros((3, 36, 16), np.float32), (1, 8, 8, 16), x)
     with pytest.raises(ValueError, match="tiles within a plane"):
-        native.winograd_input(x, 1, 1, 8, 8, np.zeros((36, 4, 16), np.float32), first_tile=1)
-    assert not native.winograd_input(x, 1, 1, 8, 8, np.zeros((36, 4, 16), np.float64))
+        native.winograd_input(x, 1, 1, 8, 8, np.zeros((4, 36, 16), np.float32), first_tile=1)
+    assert not native.winograd_input(x, 1, 1, 8, 8, np.zeros((4, 36, 16), np.float64))
 
 
 def test_filter_gradient_names_patches_of_the_wrong_size():

@@ -328,14 +328,14 @@ static void load_tile_##SUFFIX(const T *restrict image, Py_ssize_t height,      
         }                                                                               \
 }                                                                                       \
                                                                                         \
-/* u[36, plane_tiles, C] from tile first_tile on = B^T d B of every tile's 6x6          \
+/* u[plane_tiles, 36, C] from tile first_tile on = B^T d B of every tile's 6x6          \
  * input window (zeros outside the input), the 36 terms row-major. */                   \
 CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
                                     const WinogradGeometry *g)                          \
 {                                                                                       \
     const Py_ssize_t c = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
-    const Py_ssize_t plane = g->plane_tiles * c;                                        \
-    u += g->first_tile * c;                                                             \
+    const Py_ssize_t plane = c;         /* from one term to the next */                 \
+    u += g->first_tile * 36 * c;                                                        \
     for (Py_ssize_t img = 0; img < g->n; img++)                                         \
     for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
     for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
@@ -350,21 +350,21 @@ CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict 
             B_T(T, D_COL, T_COL, cb)                                                    \
         }                                                                               \
         for (int i = 0; i < 6; i++) {                                                   \
-            T *out = u + (i * 6) * plane + tile * c + c0;                               \
+            T *out = u + tile * 36 * c + (i * 6) * plane + c0;                          \
             _Pragma("GCC ivdep")                                                        \
             B_T(T, T_ROW, U_ROW, cb)                                                    \
         }                                                                               \
     }                                                                                   \
 }                                                                                       \
                                                                                         \
-/* v[36, N * TH * TW, O] = A e A^T of every 4x4 tile e of the output gradient           \
+/* v[N * TH * TW, 36, O] = A e A^T of every 4x4 tile e of the output gradient           \
  * (zeros past its edge): the filter gradient of a tile is G^T [(A e A^T) *             \
  * (B^T d B)] G, the forward pass's transpose. */                                       \
 CPU_CLONES static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *restrict v,         \
                                          const WinogradGeometry *g)                     \
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
-    const Py_ssize_t plane = g->n * th * tw * o;                                        \
+    const Py_ssize_t plane = o;         /* from one term to the next */                 \
     for (Py_ssize_t img = 0; img < g->n; img++)                                         \
     for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
     for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
@@ -379,20 +379,20 @@ CPU_CLONES static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *r
             A_(T, E_COL, TE_COL, cb)                                                    \
         }                                                                               \
         for (int i = 0; i < 6; i++) {                                                   \
-            T *out = v + (i * 6) * plane + tile * o + c0;                               \
+            T *out = v + tile * 36 * o + (i * 6) * plane + c0;                          \
             _Pragma("GCC ivdep")                                                        \
             A_(T, TE_ROW, U_ROW, cb)                                                    \
         }                                                                               \
     }                                                                                   \
 }                                                                                       \
                                                                                         \
-/* y[N, OH, OW, O] = A^T m A of every tile, m[36, N * TH * TW, O] (the GEMMs'   \
+/* y[N, OH, OW, O] = A^T m A of every tile, m[N * TH * TW, 36, O] (the GEMMs'   \
  * output); a tile's rows and columns past the output's edge are dropped. */       \
 CPU_CLONES static void winograd_output_##SUFFIX(const T *restrict m, T *restrict y,                \
                                      const WinogradGeometry *g)                         \
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
-    const Py_ssize_t plane = g->n * th * tw * o;                                        \
+    const Py_ssize_t plane = o;         /* from one term to the next */                 \
     for (Py_ssize_t img = 0; img < g->n; img++)                                         \
     for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
     for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
@@ -401,7 +401,7 @@ CPU_CLONES static void winograd_output_##SUFFIX(const T *restrict m, T *restrict
         const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
         T t[4][6][BLOCK], r[4][4][BLOCK];                                               \
         for (int j = 0; j < 6; j++) {                                                   \
-            const T *in = m + j * plane + tile * o + c0;                                \
+            const T *in = m + tile * 36 * o + j * plane + c0;                           \
             _Pragma("GCC ivdep")                                                        \
             A_T(T, M_COL, TM_COL, cb)                                                   \
         }                                                                               \
@@ -451,9 +451,9 @@ DEFINE_WINOGRAD(double, f64)
 #define GEMM_ROWS 6
 
 
-/* c[i, j] = sum_p a(i, p) b[p, j] (with accumulate: c[i, j] += that sum), i < m,
- * j < n, a(i, p) = a[i * a_row + p * a_col], b [k, n] and c [m, n] C-contiguous;
- * a vector holds LANES items. */
+/* c(i, j) = sum_p a(i, p) b(p, j) (with accumulate: c(i, j) += that sum), i < m,
+ * j < n, a(i, p) = a[i * a_row + p * a_col], b(p, j) = b[p * b_row + j],
+ * c(i, j) = c[i * c_row + j]; a vector holds LANES items. */
 #define STORE_GEMM(T, vec, out, low, high, lanes)                                       \
     do {                                                                                \
         vec low_ = (low), high_ = (high);                                               \
@@ -475,8 +475,9 @@ typedef T vec_##SUFFIX __attribute__((vector_size((LANES) * sizeof(T)), aligned(
                                                                                         \
 CPU_CLONES                                                                              \
 static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_col,      \
-                          const T *restrict b, T *restrict c, Py_ssize_t m,             \
-                          Py_ssize_t k, Py_ssize_t n, int accumulate)                   \
+                          const T *restrict b, Py_ssize_t b_row, T *restrict c,         \
+                          Py_ssize_t c_row, Py_ssize_t m, Py_ssize_t k, Py_ssize_t n,   \
+                          int accumulate)                                               \
 {                                                                                       \
     const Py_ssize_t wide = 2 * (LANES);                                                \
     Py_ssize_t j = 0;                                                                   \
@@ -487,8 +488,8 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
             memset(acc, 0, sizeof acc);                                                 \
             for (Py_ssize_t p = 0; p < k; p++) {                                        \
                 vec_##SUFFIX b0, b1;                                                    \
-                memcpy(&b0, b + p * n + j, sizeof b0);                                  \
-                memcpy(&b1, b + p * n + j + (LANES), sizeof b1);                        \
+                memcpy(&b0, b + p * b_row + j, sizeof b0);                                  \
+                memcpy(&b1, b + p * b_row + j + (LANES), sizeof b1);                        \
                 for (int r = 0; r < GEMM_ROWS; r++) {                                   \
                     const T s = a[(i + r) * a_row + p * a_col];                         \
                     acc[r][0] += s * b0;                                                \
@@ -496,49 +497,52 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
                 }                                                                       \
             }                                                                           \
             for (int r = 0; r < GEMM_ROWS; r++)                                         \
-                STORE_##SUFFIX(c + (i + r) * n + j, acc[r][0], acc[r][1]);              \
+                STORE_##SUFFIX(c + (i + r) * c_row + j, acc[r][0], acc[r][1]);              \
         }                                                                               \
         for (; i < m; i++) {                                                            \
             vec_##SUFFIX acc0 = {0}, acc1 = {0};                                        \
             for (Py_ssize_t p = 0; p < k; p++) {                                        \
                 const T s = a[i * a_row + p * a_col];                                   \
                 vec_##SUFFIX b0, b1;                                                    \
-                memcpy(&b0, b + p * n + j, sizeof b0);                                  \
-                memcpy(&b1, b + p * n + j + (LANES), sizeof b1);                        \
+                memcpy(&b0, b + p * b_row + j, sizeof b0);                                  \
+                memcpy(&b1, b + p * b_row + j + (LANES), sizeof b1);                        \
                 acc0 += s * b0;                                                         \
                 acc1 += s * b1;                                                         \
             }                                                                           \
-            STORE_##SUFFIX(c + i * n + j, acc0, acc1);                                  \
+            STORE_##SUFFIX(c + i * c_row + j, acc0, acc1);                                  \
         }                                                                               \
     }                                                                                   \
     for (; j < n; j++)              /* the columns past the last whole block */         \
         for (Py_ssize_t i = 0; i < m; i++) {                                            \
             T sum = 0;                                                                  \
             for (Py_ssize_t p = 0; p < k; p++)                                          \
-                sum += a[i * a_row + p * a_col] * b[p * n + j];                         \
-            c[i * n + j] = accumulate ? c[i * n + j] + sum : sum;                       \
+                sum += a[i * a_row + p * a_col] * b[p * b_row + j];                         \
+            c[i * c_row + j] = accumulate ? c[i * c_row + j] + sum : sum;                       \
         }                                                                               \
 }
 
 DEFINE_GEMM(float, f32, 16)
 DEFINE_GEMM(double, f64, 8)
 
-/* The 36 GEMMs of one block of tiles: u holds [36, plane_tiles, C] transformed
- * inputs, the block its tiles first .. first + tiles - 1 of every plane.
- * sums 0: m[36, tiles, O] = u_block[t] @ w[t], w [36, C, O] (the forward pass);
- * sums 1: m[36, C, O] += u_block[t]^T @ w[t], w [36, tiles, O] (the filter
- * gradient's sums, added block after block). */
+/* The 36 GEMMs of one block of tiles: u holds [plane_tiles, 36, C] transformed
+ * inputs, the block its tiles first .. first + tiles - 1 (a block small enough
+ * to stay in cache: a term's rows are 36 * C apart).
+ * sums 0: m[tiles, 36, O], m[:, t] = u_block[:, t] @ w[t], w [36, C, O] (the
+ * forward pass); sums 1: m[36, C, O], m[t] += u_block[:, t]^T @ w[:, t], w
+ * [tiles, 36, O] (the filter gradient's sums, added block after block). */
 #define DEFINE_WINOGRAD_GEMMS(T, SUFFIX)                                                 \
-static void winograd_gemms_##SUFFIX(const T *u, const T *w, T *m, Py_ssize_t plane_tiles, \
-                                    Py_ssize_t first, Py_ssize_t tiles, Py_ssize_t c,   \
-                                    Py_ssize_t o, int sums)                             \
+static void winograd_gemms_##SUFFIX(const T *u, const T *w, T *m, Py_ssize_t first,      \
+                                    Py_ssize_t tiles, Py_ssize_t c, Py_ssize_t o,       \
+                                    int sums)                                           \
 {                                                                                       \
     for (int t = 0; t < 36; t++) {                                                      \
-        const T *block = u + (t * plane_tiles + first) * c;                             \
+        const T *block = u + (first * 36 + t) * c;                                      \
         if (sums)                                                                       \
-            gemm_##SUFFIX(block, 1, c, w + t * tiles * o, m + t * c * o, c, tiles, o, 1); \
+            gemm_##SUFFIX(block, 1, 36 * c, w + t * o, 36 * o, m + t * c * o, o,        \
+                          c, tiles, o, 1);                                              \
         else                                                                            \
-            gemm_##SUFFIX(block, c, 1, w + t * c * o, m + t * tiles * o, tiles, c, o, 0); \
+            gemm_##SUFFIX(block, 36 * c, 1, w + t * c * o, o, m + t * o, 36 * o,        \
+                          tiles, c, o, 0);                                              \
     }                                                                                   \
 }
 
@@ -796,7 +800,7 @@ static PyObject *py_winograd_input(PyObject *self, PyObject *args)
     Views views = {.held = 0};
     void *x, *u;
     if (take(&views, x_obj, 0, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
-        || take(&views, u_obj, 1, kind, SIZES(36, g.plane_tiles, g.c), "u", &u) < 0) {
+        || take(&views, u_obj, 1, kind, SIZES(g.plane_tiles, 36, g.c), "u", &u) < 0) {
         release_all(&views);
         return NULL;
     }
@@ -811,7 +815,7 @@ static PyObject *py_winograd_input(PyObject *self, PyObject *args)
 }
 
 /* Between the 4x4 tiles of an [N, OH, OW, O] array y and their transformed
- * [36, tiles, O] m: A^T m A into y (to_tiles 0), A y A^T into m (1). */
+ * [tiles, 36, O] m: A^T m A into y (to_tiles 0), A y A^T into m (1). */
 static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
 {
     PyObject *shape, *m_obj, *y_obj;
@@ -829,7 +833,7 @@ static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
     Views views = {.held = 0};
     void *m, *y;
     if (take(&views, m_obj, to_tiles, kind,
-             SIZES(36, g.n, TILES_OF(g.oh), TILES_OF(g.ow), g.c), "m", &m) < 0
+             SIZES(g.n, TILES_OF(g.oh), TILES_OF(g.ow), 36, g.c), "m", &m) < 0
         || take(&views, y_obj, !to_tiles, kind, SIZES(g.n, g.oh, g.ow, g.c), "y", &y) < 0) {
         release_all(&views);
         return NULL;
@@ -884,17 +888,18 @@ static PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
         return NULL;
     Views views = {.held = 0};
     void *u, *w, *m;
-    if (take(&views, u_obj, 0, kind, SIZES(36, plane_tiles, c), "u", &u) < 0
-        || take(&views, w_obj, 0, kind, SIZES(36, sums ? tiles : c, o), "w", &w) < 0
-        || take(&views, m_obj, 1, kind, SIZES(36, sums ? c : tiles, o), "m", &m) < 0) {
+    if (take(&views, u_obj, 0, kind, SIZES(plane_tiles, 36, c), "u", &u) < 0
+        || take(&views, w_obj, 0, kind, SIZES(sums ? tiles : 36, sums ? 36 : c, o), "w", &w) < 0
+        || take(&views, m_obj, 1, kind, SIZES(sums ? 36 : tiles, sums ? c : 36, o), "m",
+                &m) < 0) {
         release_all(&views);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     if (kind == 'f')
-        winograd_gemms_f32(u, w, m, plane_tiles, first, tiles, c, o, sums);
+        winograd_gemms_f32(u, w, m, first, tiles, c, o, sums);
     else
-        winograd_gemms_f64(u, w, m, plane_tiles, first, tiles, c, o, sums);
+        winograd_gemms_f64(u, w, m, first, tiles, c, o, sums);
     Py_END_ALLOW_THREADS
     release_all(&views);
     Py_RETURN_NONE;
@@ -929,9 +934,9 @@ static PyObject *py_gemm(PyObject *self, PyObject *args)
     const Py_ssize_t a_row = transposed ? 1 : k, a_col = transposed ? m : 1;
     Py_BEGIN_ALLOW_THREADS
     if (kind == 'f')
-        gemm_f32(a, a_row, a_col, b, c, m, k, n, 0);
+        gemm_f32(a, a_row, a_col, b, n, c, n, m, k, n, 0);
     else
-        gemm_f64(a, a_row, a_col, b, c, m, k, n, 0);
+        gemm_f64(a, a_row, a_col, b, n, c, n, m, k, n, 0);
     Py_END_ALLOW_THREADS
     release_all(&views);
     Py_RETURN_NONE;
@@ -952,21 +957,21 @@ static PyMethodDef methods[] = {
      "max_pool_grad(geometry, code, grad, pooled, dx): each window's grad (masked by "
      "pooled > 0 unless pooled is None) to its first maximum in dx; zeros elsewhere."},
     {"winograd_input", py_winograd_input, METH_VARARGS,
-     "winograd_input(geometry, x, u): u[36, plane_tiles, C] (from first_tile on) = B^T d B "
+     "winograd_input(geometry, x, u): u[plane_tiles, 36, C] (from first_tile on) = B^T d B "
      "of each 4x4-output tile's 6x6 window of the NHWC x (Winograd F(4x4, 3x3); zeros "
      "outside x)."},
     {"winograd_output", py_winograd_output, METH_VARARGS,
      "winograd_output(geometry, m, y): y[N, OH, OW, O] = A^T m A of each tile of "
-     "m[36, tiles, O], cropped to the output."},
+     "m[tiles, 36, O], cropped to the output."},
     {"winograd_grad_tiles", py_winograd_grad_tiles, METH_VARARGS,
-     "winograd_grad_tiles(geometry, v, grad): v[36, tiles, O] = A e A^T of each 4x4 tile e "
+     "winograd_grad_tiles(geometry, v, grad): v[tiles, 36, O] = A e A^T of each 4x4 tile e "
      "of the NHWC output gradient (zeros past its edge), for the filter gradient."},
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(geometry, a, b, c): c = a @ b, or a^T @ b (the register-blocked kernel of "
      "Winograd's GEMMs, for thin inner dimensions)."},
     {"winograd_gemms", py_winograd_gemms, METH_VARARGS,
      "winograd_gemms(geometry, u, w, m): the 36 GEMMs of a block of Winograd tiles "
-     "(m[t] = u[t] @ w[t], or with sums u[t]^T @ w[t]; see _native.c)."},
+     "(m[:, t] = u[:, t] @ w[t], or with sums m[t] += u[:, t]^T @ w[:, t]; see _native.c)."},
     {NULL, NULL, 0, NULL},
 };
 

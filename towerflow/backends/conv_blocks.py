@@ -130,7 +130,7 @@ _GRADIENT_BLOCK_BYTES = 1 << 20
 
 
 def winograd_filter_gradient(parallel, kept, grad):
-    """dW [3, 3, C, O] from the ``kept`` Winograd inputs [36, tiles, C] of the
+    """dW [3, 3, C, O] from the ``kept`` Winograd inputs [tiles, 36, C] of the
     forward pass and the output gradient: each block of images adds its tile
     products, the threads' sums are added in part order (a fixed order),
     then one filter transform (see winograd.py)."""
@@ -144,7 +144,7 @@ def winograd_filter_gradient(parallel, kept, grad):
     def part(index):
         first, last = ranges[index]
         workspace = winograd.grad_workspace(grad, min(per_block, last - first))
-        sums[index] = np.zeros((kept.shape[0], kept.shape[2], grad.shape[3]), grad.dtype)
+        sums[index] = np.zeros((winograd.TERMS, kept.shape[2], grad.shape[3]), grad.dtype)
         for start, stop in _cache_blocks(first, last, per_block):
             winograd.add_tile_products(kept, grad[start:stop], start, workspace, sums[index])
     _run_parts(parallel, part, len(ranges), flops)

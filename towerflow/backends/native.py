@@ -78,7 +78,7 @@ def col2im(patches, lay, dx):
 
 
 def winograd_input(x, top, left, out_h, out_w, u, first_tile=0):
-    """u[36, tiles, C] (from tile ``first_tile`` on) = B^T d B of the 6x6
+    """u[tiles, 36, C] (from tile ``first_tile`` on) = B^T d B of the 6x6
     window d of each 4x4 tile of ``out_h`` x ``out_w`` outputs of the images
     ``x`` (Winograd F(4x4, 3x3), see winograd.py; output (r, q) reads from
     row r - top, column q - left; zeros outside ``x``); False if the compiled
@@ -86,12 +86,12 @@ def winograd_input(x, top, left, out_h, out_w, u, first_tile=0):
     if not (accepts(x, u) and x.ndim == 4 and u.ndim == 3 and _same_floats(x, u)):
         return False
     _compiled.winograd_input(tuple(x.shape) + (top, left, out_h, out_w, first_tile,
-                                               u.shape[1]), x, u)
+                                               u.shape[0]), x, u)
     return True
 
 
 def winograd_grad_tiles(grad, v):
-    """v[36, tiles, O] = A e A^T of each 4x4 tile e of the images' output
+    """v[tiles, 36, O] = A e A^T of each 4x4 tile e of the images' output
     gradient ``grad`` [N, OH, OW, O] (zeros past its edge), for the filter
     gradient (see winograd.py); False if the compiled kernel does not apply."""
     if not (accepts(grad, v) and grad.ndim == 4 and _same_floats(grad, v)):
@@ -101,7 +101,7 @@ def winograd_grad_tiles(grad, v):
 
 
 def winograd_output(m, shape, y):
-    """y (``shape`` [N, OH, OW, O]) = A^T m A of each tile of m[36, tiles, O],
+    """y (``shape`` [N, OH, OW, O]) = A^T m A of each tile of m[tiles, 36, O],
     cropped to the output; False if the compiled kernel does not apply."""
     if not (accepts(m, y) and _same_floats(m, y)):
         return False
@@ -132,16 +132,16 @@ def gemm(a, b, out, transposed=False):
 
 
 def winograd_gemms(u, first_tile, w, m, sums=False):
-    """The 36 GEMMs of a block of Winograd tiles, into ``m``: u[36, plane, C]
+    """The 36 GEMMs of a block of Winograd tiles, into ``m``: u[plane, 36, C]
     holds the transformed inputs, the block being tiles ``first_tile`` ..
-    ``first_tile + tiles - 1``; ``m[t] = u_block[t] @ w[t]`` (w [36, C, O], m
-    [36, tiles, O]), or with ``sums`` ``m[t] += u_block[t]^T @ w[t]`` (w [36,
-    tiles, O], m [36, C, O]: the filter gradient, added to what ``m``
-    holds). False if the compiled kernel does not apply."""
+    ``first_tile + tiles - 1``; ``m[:, t] = u_block[:, t] @ w[t]`` (w [36, C,
+    O], m [tiles, 36, O]), or with ``sums`` ``m[t] += u_block[:, t]^T @ w[:,
+    t]`` (w [tiles, 36, O], m [36, C, O]: the filter gradient, added to what
+    ``m`` holds). False if the compiled kernel does not apply."""
     if not (accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3 and _same_floats(u, w, m)):
         return False
-    tiles = w.shape[1] if sums else m.shape[1]
-    _compiled.winograd_gemms((u.shape[1], first_tile, tiles, u.shape[2], m.shape[2], sums),
+    tiles = w.shape[0] if sums else m.shape[0]
+    _compiled.winograd_gemms((u.shape[0], first_tile, tiles, u.shape[2], m.shape[2], sums),
                              u, w, m)
     return True
 

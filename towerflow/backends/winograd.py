@@ -5,11 +5,16 @@ per output and channel. Winograd's minimal filtering (Lavin and Gray, "Fast
 Algorithms for Convolutional Neural Networks", 2015) computes each 4x4 tile
 of outputs from its 6x6 input window d as A^T [(G g G^T) * (B^T d B)] A:
 the product is taken term by term, so over the input channels it is 36
-GEMMs ``U[k] @ V[k]`` ([tiles, C] @ [C, O]) with 36 multiplies per 16
+GEMMs ``U[:, k] @ V[k]`` ([tiles, C] @ [C, O]) with 36 multiplies per 16
 outputs instead of 144. The transforms of d and of the product only add and
-scale (``_native.c``); the filter's, V, is small and made here once per call.
-On the 2-core CI machine the three steps together take about half the time
-of im2col's GEMM for a 32->64 channel layer.
+scale, and the GEMMs run on a register-blocked kernel (``_native.c``); the
+filter's transform, V, is small and made here once per call.
+
+Layout: transformed tiles are tile-major, [tiles, 36, C]: a tile's 36 terms
+are written as one contiguous run (term-major [36, tiles, C] scattered each
+tile over 36 places: the input transform took 25% and the gradient tiles'
+60% more time), and the GEMMs, which take a term's rows 36 * C apart, run on
+blocks of tiles small enough to stay in cache.
 
 The input gradient of a stride-1 3x3 convolution is itself one: the output
 gradient convolved with the filter turned by 180 degrees and its channel
@@ -17,7 +22,7 @@ axes swapped, so :class:`WinogradConv` serves Conv2D and Conv2DBackpropInput.
 The filter gradient is the forward pass transposed: G^T [(A e A^T) * U] G
 summed over the tiles, where e is a tile of the output gradient and U the
 transformed input the forward pass made (Conv2D keeps it for this instead
-of its im2col patches, a quarter of their size): 36 GEMMs [C, tiles] @
+of its im2col patches, 2.25 times the input's size): 36 GEMMs [C, tiles] @
 [tiles, O] (see :func:`filter_gradient`).
 
 Rounding: float32 outputs differ from the direct sum by a few 1e-6 of the
@@ -106,8 +111,8 @@ class WinogradConv:
 
     def kept_inputs(self, images):
         """An array for the transformed inputs of ``images`` images, kept for
-        the filter gradient: [36, tiles, C] (see :func:`as_patches`)."""
-        return np.empty((TERMS, images * self.tiles_per_image, self.channels), self.dtype)
+        the filter gradient: [tiles, 36, C] (see :func:`as_patches`)."""
+        return np.empty((images * self.tiles_per_image, TERMS, self.channels), self.dtype)
 
     def __call__(self, x, out, workspace, kept=None, first_image=0):
         """``out`` ([N, out_h, out_w, O], C-contiguous, any shape of that size)
@@ -118,11 +123,11 @@ class WinogradConv:
         tiles = n * self.tiles_per_image
         if kept is None:
             kept, first_tile = workspace[0][:TERMS * tiles * self.channels].reshape(
-                TERMS, tiles, self.channels), 0
+                tiles, TERMS, self.channels), 0
         else:
             first_tile = first_image * self.tiles_per_image
         products = workspace[1][:TERMS * tiles * self.out_channels].reshape(
-            TERMS, tiles, self.out_channels)
+            tiles, TERMS, self.out_channels)
         _ran(native.winograd_input(x, self.top, self.left, self.out_h, self.out_w, kept,
                                    first_tile), "input", x)
         _ran(native.winograd_gemms(kept, first_tile, self.filter, products), "GEMM", kept)
@@ -138,7 +143,7 @@ def as_patches(kept, filter_shape):
 
 
 def kept_tiles(patches, grad):
-    """The [36, tiles, C] transformed inputs that ``patches`` (Conv2D's
+    """The [tiles, 36, C] transformed inputs that ``patches`` (Conv2D's
     second output) holds, or None where they are im2col patches: one row per
     output, as many as ``grad`` [N, OH, OW, O] has."""
     n, out_h, out_w, _ = grad.shape
@@ -150,7 +155,7 @@ def kept_tiles(patches, grad):
         raise ValueError(f"Conv2DBackpropFilter: patches of shape {patches.shape} are "
                          f"neither im2col patches ({n * out_h * out_w} rows) nor Winograd "
                          f"tiles ({4 * tiles} rows) for a gradient of shape {grad.shape}")
-    return patches.reshape(TERMS, tiles, channels)
+    return patches.reshape(tiles, TERMS, channels)
 
 
 def add_tile_products(kept, grad, first_image, workspace, sums):
@@ -161,7 +166,7 @@ def add_tile_products(kept, grad, first_image, workspace, sums):
     n, out_h, out_w, out_channels = grad.shape
     per_image = tiles_per_image(out_h, out_w)
     tiles = n * per_image
-    transformed = workspace[:TERMS * tiles * out_channels].reshape(TERMS, tiles, out_channels)
+    transformed = workspace[:TERMS * tiles * out_channels].reshape(tiles, TERMS, out_channels)
     _ran(native.winograd_grad_tiles(grad, transformed), "gradient", grad)
     _ran(native.winograd_gemms(kept, first_image * per_image, transformed, sums, sums=True),
          "GEMM", kept)
