@@ -343,11 +343,22 @@ CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict 
         const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
         const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
         T d[6][6][BLOCK], t[6][6][BLOCK];                                               \
-        load_tile_##SUFFIX(x + img * g->h * g->w * c + c0, g->h, g->w, c,               \
-                           ty * 4 - g->top, tx * 4 - g->left, 6, cb, &d[0][0][0]);      \
-        for (int j = 0; j < 6; j++) {                                                   \
-            _Pragma("GCC ivdep")                                                        \
-            B_T(T, D_COL, T_COL, cb)                                                    \
+        const Py_ssize_t row0 = ty * 4 - g->top, col0 = tx * 4 - g->left;               \
+        const T *image = x + img * g->h * g->w * c + c0;                                \
+        if (row0 >= 0 && col0 >= 0 && row0 + 6 <= g->h && col0 + 6 <= g->w) {          \
+            /* inside the image: read the window in place, no copy */                   \
+            const T *window = image + (row0 * g->w + col0) * c;                         \
+            const Py_ssize_t image_w = g->w;                                            \
+            for (int j = 0; j < 6; j++) {                                               \
+                _Pragma("GCC ivdep")                                                    \
+                B_T(T, X_COL, T_COL, cb)                                                \
+            }                                                                           \
+        } else {                                                                        \
+            load_tile_##SUFFIX(image, g->h, g->w, c, row0, col0, 6, cb, &d[0][0][0]);   \
+            for (int j = 0; j < 6; j++) {                                               \
+                _Pragma("GCC ivdep")                                                    \
+                B_T(T, D_COL, T_COL, cb)                                                \
+            }                                                                           \
         }                                                                               \
         for (int i = 0; i < 6; i++) {                                                   \
             T *out = u + tile * 36 * c + (i * 6) * plane + c0;                          \
@@ -421,6 +432,7 @@ CPU_CLONES static void winograd_output_##SUFFIX(const T *restrict m, T *restrict
 /* Accessors for B_T and A_T: the transform runs down the columns of a tile
  * (over i at a fixed j), then along the rows (over j at a fixed i). */
 #define D_COL(k) d[k][j][ch]
+#define X_COL(k) window[((k) * image_w + j) * c + ch]
 #define T_COL(k) t[k][j][ch]
 #define T_ROW(k) t[i][k][ch]
 #define U_ROW(k) out[(k) * plane + ch]
