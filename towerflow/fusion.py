@@ -39,7 +39,8 @@ Fused chains (kernel name: ops, first to last):
   Inputs (grad, relu output, then the batch-norm gradient's x, scale, mean,
   inv_std); outputs the batch-norm gradient's.
 
-Only GPUs have the batch-norm chains' kernels (backends/cupy_conv.py).
+GPUs run the batch-norm chains' kernels in CUDA (backends/cupy_conv.py), CPUs
+compiled (backends/native_batch_norm.py).
 """
 
 import os

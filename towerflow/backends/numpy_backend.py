@@ -13,6 +13,7 @@ from .cpu_threads import cpu_pool
 from .dataset_kernels import build_dataset_kernels
 from .host_kernels import build_host_kernels
 from .kernels import build_kernels
+from .native_batch_norm import cpu_batch_norm_kernels
 from .queue_kernels import build_queue_kernels
 from .summary_kernels import build_summary_kernels
 
@@ -43,7 +44,10 @@ CPU_POOL = cpu_pool()   # the threads every CPU kernel splits its big work acros
 # host kernels (tf.print) write to Python streams; summaries are built on the host
 # only, as in TensorFlow. Queue, reader and decode kernels only move values:
 # bfloat16 ones too, as they are.
-KERNELS = {**with_bfloat16({**build_kernels(np, CPU_POOL), **build_collective_kernels(),
+_COMPUTE_KERNELS = build_kernels(np, CPU_POOL)
+# training-mode batch norm (+ ReLU) compiled and threaded, NumPy where not taken
+_COMPUTE_KERNELS.update(cpu_batch_norm_kernels(_COMPUTE_KERNELS, CPU_POOL))
+KERNELS = {**with_bfloat16({**_COMPUTE_KERNELS, **build_collective_kernels(),
                             **build_host_kernels(), **build_summary_kernels()}),
            **build_queue_kernels(), **build_dataset_kernels()}
 registry.register_kernels("CPU", KERNELS)
