@@ -197,3 +197,41 @@ def test_the_native_switch_turns_the_compiled_kernels_off(monkeypatch):
     assert native_batch_norm.batch_norm_training(x, scale, offset, EPSILON) is None
     np.testing.assert_array_equal(forward(CPU, "FusedBatchNorm", x, scale, offset)[0],
                                   forward(NUMPY, "FusedBatchNorm", x, scale, offset)[0])
+
+
+# -- whole training steps ----------------------------------------------------------------
+
+
+def cifar_step_types(sess):
+    return {unit.type for plan_, _ in sess._plans.values() for unit in plan_.units}
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_fused_cpu_training_step_equals_the_unfused_one_bit_for_bit(monkeypatch, batch):
+    """The cifar10 recipe's network, two steps on /cpu:0: the batch-norm
+    chains (and every other CPU fusion) change no bit."""
+    from test_gpu_fusion import train_cifar
+    results = {}
+    for fused in (True, False):
+        monkeypatch.setenv("TOWERFLOW_FUSION", "1" if fused else "0")
+        losses, values, sess = train_cifar("/cpu:0", batch)
+        assert ("_FusedBatchNormRelu" in cifar_step_types(sess)) == fused
+        assert ("_ReluGradBatchNormGrad" in cifar_step_types(sess)) == fused
+        results[fused] = (losses, values)
+    np.testing.assert_array_equal(results[True][0], results[False][0])
+    for fused_value, plain_value in zip(results[True][1], results[False][1]):
+        np.testing.assert_array_equal(fused_value, plain_value)
+
+
+def test_a_cpu_training_step_with_and_without_the_compiled_kernels_agrees(monkeypatch):
+    """Up to float32 reordering, the budget test_parallel allows towers."""
+    from test_gpu_fusion import train_cifar
+    from test_parallel import relative_difference
+    monkeypatch.setenv("TOWERFLOW_WINOGRAD", "0")
+    results = []
+    for switch in ("1", "0"):
+        monkeypatch.setenv("TOWERFLOW_NATIVE", switch)
+        losses, values, _ = train_cifar("/cpu:0", 3)
+        results.append((losses, values))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5)
+    assert relative_difference(results[0][1], results[1][1]) <= 1e-5
