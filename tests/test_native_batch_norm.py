@@ -235,3 +235,23 @@ def test_a_cpu_training_step_with_and_without_the_compiled_kernels_agrees(monkey
         results.append((losses, values))
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5)
     assert relative_difference(results[0][1], results[1][1]) <= 1e-5
+
+
+# -- freed memory ------------------------------------------------------------------------
+
+
+def page_faults():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+@pytest.mark.skipif(not numpy_backend.retain_freed_memory(), reason="not glibc")
+def test_a_freed_64_mib_array_is_not_faulted_in_again():
+    """Past glibc's largest mmap threshold (32 MiB) an array is mapped afresh
+    and page-faulted in again on every allocation unless mmap is off."""
+    size = (64 << 20) // 8
+    np.ones(size)
+    before = page_faults()
+    again = np.ones(size)
+    faults = page_faults() - before
+    assert again[-1] == 1 and faults <= 8, f"{faults} page faults"
