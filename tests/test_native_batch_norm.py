@@ -11,7 +11,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from towerflow.backends import native, native_batch_norm, numpy_backend
+from towerflow.backends import (
+    batch_norm_pool,
+    kernels,
+    native,
+    native_batch_norm,
+    numpy_backend,
+    window_geometry,
+)
 from towerflow.backends.cpu_threads import WorkerPool
 from towerflow.backends.fused_kernels import _batch_norm_kernels
 
@@ -255,3 +262,56 @@ def test_a_freed_64_mib_array_is_not_faulted_in_again():
     again = np.ones(size)
     faults = page_faults() - before
     assert again[-1] == 1 and faults <= 8, f"{faults} page faults"
+
+
+# -- batch norm + ReLU + max pool --------------------------------------------------------
+
+
+POOL_TABLE = {**kernels.build_kernels(np, numpy_backend.CPU_POOL), **CPU}
+POOL_TABLE.update(batch_norm_pool.batch_norm_relu_pool_kernels(POOL_TABLE,
+                                                               numpy_backend.CPU_POOL))
+
+
+def pool_chain(table, x, scale, offset, ksize, strides, padding):
+    """_FusedBatchNormReluPool's outputs from ``table``."""
+    attrs = {"epsilon": EPSILON, "is_training": True,
+             "pool": {"ksize": ksize, "strides": strides, "padding": padding}}
+    dtypes = [x.dtype, np.uint8] + [x.dtype] * 4
+    context = SimpleNamespace(attrs=attrs, output_dtypes=[np.dtype(d) for d in dtypes],
+                              outputs_used=None)
+    channels = x.shape[-1]
+    moving = (np.zeros(channels, x.dtype), np.ones(channels, x.dtype))
+    return table[batch_norm_pool.KERNEL](context)(x, scale, offset, *moving)
+
+
+def separate_chain(x, scale, offset, ksize, strides, padding):
+    relu = forward(CPU, "_FusedBatchNormRelu", x, scale, offset)
+    pool_ctx = SimpleNamespace(attrs={"ksize": ksize, "strides": strides, "padding": padding},
+                               output_dtypes=[x.dtype, np.dtype(np.uint8)], outputs_used=None)
+    return tuple(POOL_TABLE["MaxPool"](pool_ctx)(relu[0])) + tuple(relu[1:])
+
+
+POOLS = [((2, 2), (2, 2), "VALID", (4, 8, 8, 33)),      # windows tile the input
+         ((2, 2), (2, 2), "VALID", (3, 7, 9, 5)),       # an odd row and column left out
+         ((2, 2), (2, 2), "SAME", (2, 6, 6, 70)),        # more channels than a C block
+         ((3, 3), (2, 2), "SAME", (2, 7, 7, 3))]         # overlapping: the separate kernels
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ksize, strides, padding, shape", POOLS)
+def test_the_pool_chain_equals_the_separate_kernels_bit_for_bit(ksize, strides, padding,
+                                                              shape, dtype):
+    x, scale, offset, _ = inputs(shape, dtype, seed=6)
+    x[0, 0, 0, 0] = np.nan
+    x[-1, :2, :2, 1] = x[-1, 0, 0, 1]         # a tie in a window
+    fused = pool_chain(POOL_TABLE, x, scale, offset, ksize, strides, padding)
+    expected = separate_chain(x, scale, offset, ksize, strides, padding)
+    assert len(fused) == len(expected) == 6
+    for got, want in zip(fused, expected):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    lay = window_geometry._layout_maker({"ksize": ksize, "strides": strides,
+                                         "padding": padding})(x.shape)
+    compiled = native_batch_norm.batch_norm_relu_pool_training(
+        x, scale, offset, EPSILON, lay, numpy_backend.CPU_POOL)
+    assert (compiled is not None) == (ksize == strides)

@@ -659,6 +659,56 @@ WIDE_LOOPS static void batch_norm_grad_apply_##SUFFIX(const T *grad, const T *re
 DEFINE_BATCH_NORM(float, f32)
 DEFINE_BATCH_NORM(double, f64)
 
+/* out = MaxPool of relu((x - mean) * gain + offset) over windows that tile x,
+ * code = the winner bits: what batch_norm_apply with relu then max_pool give,
+ * bit for bit (the same expressions, taps in the same order), without writing
+ * the full-size output. */
+#define DEFINE_BATCH_NORM_POOL(T, LANE, SUFFIX)                                         \
+WIDE_LOOPS static void batch_norm_pool_##SUFFIX(const T *x, const T *coefficients,      \
+                                                T *out, uint8_t *code, const Geometry *g) \
+{                                                                                       \
+    const Py_ssize_t c = g->c;                                                          \
+    const T *mean = coefficients, *gain = mean + c, *offset = gain + c;                 \
+    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
+    for (Py_ssize_t r = 0; r < g->oh; r++)                                              \
+    for (Py_ssize_t q = 0; q < g->ow; q++)                                              \
+    for (Py_ssize_t c0 = 0; c0 < c; c0 += BLOCK) {                                     \
+        const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
+        const Py_ssize_t cell = ((img * g->oh + r) * g->ow + q) * c + c0;               \
+        T max[BLOCK], v[BLOCK];                                                         \
+        LANE bits[BLOCK];                                                               \
+        int tap = 0;                                                                    \
+        for (Py_ssize_t i = 0; i < g->kh; i++)                                          \
+        for (Py_ssize_t j = 0; j < g->kw; j++, tap++) {                                 \
+            const T *p = x + ((img * g->h + r * g->kh + i) * g->w + q * g->kw + j) * c + c0; \
+            const LANE bit = (LANE)1 << tap;                                            \
+            for (Py_ssize_t ch = 0; ch < cb; ch++) {                                    \
+                const T z = (p[ch] - mean[c0 + ch]) * gain[c0 + ch] + offset[c0 + ch];  \
+                v[ch] = NP_MAX(z, (T)0);                                                \
+            }                                                                           \
+            if (tap == 0)                                                               \
+                for (Py_ssize_t ch = 0; ch < cb; ch++) {                                \
+                    max[ch] = v[ch];                                                    \
+                    bits[ch] = v[ch] == v[ch] ? bit : 0;                                \
+                }                                                                       \
+            else                                                                        \
+                for (Py_ssize_t ch = 0; ch < cb; ch++) {                                \
+                    const T before = max[ch], after = NP_MAX(before, v[ch]);            \
+                    bits[ch] = (v[ch] == after ? bit : 0)                               \
+                               | (before == after ? bits[ch] : 0);                      \
+                    max[ch] = after;                                                    \
+                }                                                                       \
+        }                                                                               \
+        for (Py_ssize_t ch = 0; ch < cb; ch++) {                                        \
+            out[cell + ch] = max[ch];                                                   \
+            code[cell + ch] = (uint8_t)bits[ch];                                        \
+        }                                                                               \
+    }                                                                                   \
+}
+
+DEFINE_BATCH_NORM_POOL(float, int32_t, f32)
+DEFINE_BATCH_NORM_POOL(double, int64_t, f64)
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -791,6 +841,38 @@ static PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     release_all(&inputs);
     release_all(&outputs);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_batch_norm_pool(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *x_obj, *coefficients_obj, *out_obj, *code_obj;
+    Geometry g;
+    if (!PyArg_ParseTuple(args, "O!OOOO:batch_norm_pool", &PyTuple_Type, &shape, &x_obj,
+                          &coefficients_obj, &out_obj, &code_obj)
+        || read_geometry(shape, &g) < 0)
+        return NULL;
+    char kind = float_kind(x_obj, "x");
+    if (!kind)
+        return NULL;
+    Views views = {.held = 0};
+    void *x, *coefficients, *out, *code;
+    if (take(&views, x_obj, 0, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
+        || take(&views, coefficients_obj, 0, kind, SIZES(3, g.c), "coefficients",
+                &coefficients) < 0
+        || take(&views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &out) < 0
+        || take(&views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &code) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        batch_norm_pool_f32(x, coefficients, out, code, &g);
+    else
+        batch_norm_pool_f64(x, coefficients, out, code, &g);
+    Py_END_ALLOW_THREADS
+    release_all(&views);
     Py_RETURN_NONE;
 }
 
@@ -1012,6 +1094,10 @@ static PyMethodDef methods[] = {
     {"batch_norm_apply", py_batch_norm_apply, METH_VARARGS,
      "batch_norm_apply(geometry, x, coefficients, y, relu): y = (x - mean) * gain + offset "
      "(coefficients [3, C]), ReLU after if relu, for rows [first, stop)."},
+    {"batch_norm_pool", py_batch_norm_pool, METH_VARARGS,
+     "batch_norm_pool(geometry, x, coefficients, out, code): max pooling (windows that "
+     "tile x, at most 8 taps) of relu((x - mean) * gain + offset) into out, winner bits "
+     "into code."},
     {"batch_norm_grad_apply", py_batch_norm_grad_apply, METH_VARARGS,
      "batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx): dx = "
      "(g * gain + (x - mean) * k_centered) - k_mean (coefficients [4, C]) for rows "

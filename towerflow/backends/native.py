@@ -159,3 +159,8 @@ def batch_norm_apply(geometry, x, coefficients, y, relu):
 def batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx):
     """dx of a training-mode batch norm over a range of rows (masked by the ReLU)."""
     _compiled.batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx)
+
+
+def batch_norm_pool(geometry, x, coefficients, out, code):
+    """MaxPool (tiled windows) of relu((x - mean) * gain + offset) into ``out``, ``code``."""
+    _compiled.batch_norm_pool(geometry, x, coefficients, out, code)

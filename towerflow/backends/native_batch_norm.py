@@ -60,6 +60,47 @@ def batch_norm_training(x, scale, offset, epsilon, relu=False, parallel=None):
             offset.shape != scale.shape:
         return None
     rows2d = x.reshape(-1, x.shape[-1])
+    coefficients, statistics = _statistics(rows2d, scale, offset, epsilon, parallel)
+    y = np.empty_like(rows2d)
+    _over_rows(parallel, rows2d, lambda geometry: native.batch_norm_apply(
+        geometry, rows2d, coefficients, y, relu))
+    return (y.reshape(x.shape),) + statistics
+
+
+def batch_norm_relu_pool_training(x, scale, offset, epsilon, lay, parallel=None):
+    """FusedBatchNorm in training → Relu → MaxPool of the windows ``lay``
+    (window_geometry) as one pass after the sums: (pooled, winner bits,
+    batch mean, unbiased batch variance, saved mean, saved inv_std), the
+    pooled values and bits those of MaxPool on :func:`batch_norm_training`'s
+    output, bit for bit; None where the compiled kernels do not take the
+    arrays or the windows do not tile the input with at most 8 taps::
+
+        pooled, winners, *statistics = batch_norm_relu_pool_training(
+            x, scale, offset, 1e-3, layout_of(x.shape))
+    """
+    if x.ndim != 4 or not lay.tiles or not 0 < len(lay.taps) <= 8 or \
+            not takes(x, scale, offset) or \
+            scale.shape != (x.shape[-1],) or offset.shape != scale.shape:
+        return None
+    rows2d = x.reshape(-1, x.shape[-1])
+    coefficients, statistics = _statistics(rows2d, scale, offset, epsilon, parallel)
+    count, height, width, channels = x.shape
+    pooled = np.empty((count, lay.out_h, lay.out_w, channels), x.dtype)
+    winners = np.empty(pooled.shape, np.uint8)
+
+    def pool_images(part):
+        start, stop = count * part // parts, count * (part + 1) // parts
+        geometry = (stop - start, height, width, channels) + tuple(lay.window) + \
+            (lay.out_h, lay.out_w)
+        native.batch_norm_pool(geometry, x[start:stop], coefficients, pooled[start:stop],
+                               winners[start:stop])
+    parts = _parts(parallel, count, x.size)
+    _run(parallel, pool_images, parts)
+    return (pooled, winners) + statistics
+
+
+def _statistics(rows2d, scale, offset, epsilon, parallel):
+    """([mean, gain, offset] in the rows' dtype, the four statistics outputs)."""
     count = rows2d.shape[0]
     shift = rows2d[0]
     sums = _sums(rows2d, shift, None, None, parallel)
@@ -67,13 +108,10 @@ def batch_norm_training(x, scale, offset, epsilon, relu=False, parallel=None):
     variance = np.maximum(sums[1] / count - mean_shift * mean_shift, 0.0)
     mean = shift + mean_shift
     inv_std = 1.0 / np.sqrt(variance + epsilon)
-    coefficients = np.array([mean, scale * inv_std, offset], dtype=x.dtype)
-    y = np.empty_like(rows2d)
-    _over_rows(parallel, rows2d, lambda geometry: native.batch_norm_apply(
-        geometry, rows2d, coefficients, y, relu))
+    coefficients = np.array([mean, scale * inv_std, offset], dtype=rows2d.dtype)
     moving_variance = variance * (count / max(count - 1, 1))
-    return (y.reshape(x.shape), coefficients[0].copy(), moving_variance.astype(x.dtype),
-            coefficients[0].copy(), inv_std.astype(x.dtype))
+    return coefficients, (coefficients[0].copy(), moving_variance.astype(rows2d.dtype),
+                          coefficients[0].copy(), inv_std.astype(rows2d.dtype))
 
 
 def batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, parallel=None):
