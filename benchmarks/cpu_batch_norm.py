@@ -1,5 +1,5 @@
 """The cifar10 network's training step on /cpu:0 with and without the CPU's
-compiled batch norm (backends/native_batch_norm.py), its ReLU fusions and
+compiled batch norm (backends/native_batch_norm.py), its ReLU and pool fusions and
 glibc's mmap kept off, alternated in one process (rounds of steps, medians),
 with page faults per step::
 
@@ -21,7 +21,7 @@ import gpu_peers
 
 from towerflow.backends import native_batch_norm, numpy_backend
 
-FUSED = ("_FusedBatchNormRelu", "_ReluGradBatchNormGrad")
+FUSED = ("_FusedBatchNormRelu", "_ReluGradBatchNormGrad", "_FusedBatchNormReluPool")
 M_MMAP_MAX, GLIBC_DEFAULT_MMAP_MAX = -4, 65536
 
 
