@@ -573,9 +573,9 @@ typedef struct {
 #endif
 
 #define DEFINE_BATCH_NORM(T, SUFFIX)                                                    \
-WIDE_LOOPS static void batch_norm_sums_##SUFFIX(const T *x, const T *shift, const T *grad,         \
-                                     const T *relu, double *partials,                   \
-                                     const SumsGeometry *g)                             \
+WIDE_LOOPS static void batch_norm_sums_##SUFFIX(const T *x, const T *shift,             \
+                                                const T *grad, const T *relu,           \
+                                                double *partials, const SumsGeometry *g) \
 {                                                                                       \
     const Py_ssize_t c = g->channels;                                                   \
     for (Py_ssize_t block = g->first; block < g->stop; block++) {                       \
@@ -611,8 +611,8 @@ WIDE_LOOPS static void batch_norm_sums_##SUFFIX(const T *x, const T *shift, cons
                                                                                         \
 /* y = (x - mean) * gain + offset, then max(y, 0) (NaN kept) if relu;               \
  * coefficients [3, C]: mean, gain, offset. */                                      \
-WIDE_LOOPS static void batch_norm_apply_##SUFFIX(const T *x, const T *coefficients, T *y,          \
-                                      int relu, const ApplyGeometry *g)                 \
+WIDE_LOOPS static void batch_norm_apply_##SUFFIX(const T *x, const T *coefficients,     \
+                                                 T *y, int relu, const ApplyGeometry *g) \
 {                                                                                       \
     const Py_ssize_t c = g->channels;                                                   \
     const T *mean = coefficients, *gain = mean + c, *offset = gain + c;                 \
@@ -632,9 +632,9 @@ WIDE_LOOPS static void batch_norm_apply_##SUFFIX(const T *x, const T *coefficien
                                                                                         \
 /* dx = (g * gain + (x - mean) * k_centered) - k_mean, g masked by relu > 0 when      \
  * relu is given; coefficients [4, C]: mean, gain, k_centered, k_mean. */             \
-WIDE_LOOPS static void batch_norm_grad_apply_##SUFFIX(const T *grad, const T *relu, const T *x,    \
-                                           const T *coefficients, T *dx,                \
-                                           const ApplyGeometry *g)                      \
+WIDE_LOOPS static void batch_norm_grad_apply_##SUFFIX(const T *grad, const T *relu,    \
+                                                      const T *x, const T *coefficients, \
+                                                      T *dx, const ApplyGeometry *g)    \
 {                                                                                       \
     const Py_ssize_t c = g->channels;                                                   \
     const T *mean = coefficients, *gain = mean + c, *k_centered = gain + c;             \
