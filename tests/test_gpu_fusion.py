@@ -62,12 +62,16 @@ def test_gpu_plans_fuse_batch_norm_with_its_relu_and_their_gradients():
     assert types.count("FusedBatchNormGrad") == 3 and "ReluGrad" not in types
 
 
-def test_cpu_plans_are_unchanged():
+def test_cpu_plans_fuse_the_batch_norm_chains_and_the_pools_after_them():
+    """The NumPy backend has the chains' kernels too (native_batch_norm.py),
+    and takes each block's MaxPool into its batch norm + ReLU
+    (batch_norm_pool.py)."""
     names = set(numpy_backend.KERNELS)
-    assert not names & set(cupy_conv.FUSED_KERNELS)
+    assert set(cupy_conv.FUSED_KERNELS) <= names
     types = unit_types(cifar_units(names))
-    assert types.count("FusedBatchNorm") == 7 and types.count("Relu") == 7
-    assert not any(name in types for name in cupy_conv.FUSED_KERNELS)
+    assert types.count("_FusedBatchNormReluPool") == 3 and types.count("_FusedBatchNormRelu") == 4
+    assert not {"FusedBatchNorm", "Relu", "MaxPool", "ReluGrad"} & set(types)
+    assert types.count("_ReluGradBatchNormGrad") == 4 and types.count("_MaxPoolGradRelu") == 3
 
 
 def test_the_fused_batch_norm_runs_where_the_batch_norm_ran():

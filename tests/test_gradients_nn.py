@@ -143,6 +143,19 @@ NORM = [
               floats(4), floats(4), positive(4), wrt=(0, 1, 2)),
     grad_case("fused_batch_norm_inference", fused(False), floats(2, 2, 3, 3), positive(3),
               floats(3), floats(3), positive(3), wrt=(0, 1, 2)),
+    # ReLU after: the CPU and GPU plans fuse both ways (fusion.py)
+    grad_case("fused_batch_norm_training_relu", lambda *a: tf.nn.relu(fused(True)(*a)),
+              floats(3, 2, 2, 5), positive(5), floats(5), floats(5), positive(5),
+              wrt=(0, 1, 2)),
+    grad_case("fused_batch_norm_training_relu_33_channels",
+              lambda *a: tf.nn.relu(fused(True)(*a)), floats(1, 2, 3, 33), positive(33),
+              floats(33), floats(33), positive(33), wrt=(0, 1, 2)),
+    # and a max pool after the ReLU: one kernel on the CPU (_FusedBatchNormReluPool)
+    grad_case("fused_batch_norm_training_relu_max_pool",
+              lambda *a: tf.nn.max_pool(tf.nn.relu(fused(True)(*a)), [1, 2, 2, 1], [1, 2, 2, 1],
+                                       "VALID"),
+              floats(2, 4, 6, 3), positive(3), floats(3), floats(3), positive(3),
+              wrt=(0, 1, 2)),
     *[grad_case(f"fused_batch_norm_mode_fed_{mode}", fused_switched, floats(4, 2, 3),
                 positive(3), floats(3), floats(3), positive(3), flag(mode), wrt=(0, 1, 2))
       for mode in (True, False)],

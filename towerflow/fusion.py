@@ -35,11 +35,17 @@ Fused chains (kernel name: ops, first to last):
   norm's; outputs (the ReLU's, then the batch norm's four statistics). It
   runs where the batch norm ran: the moving-average updates that read the
   statistics come between the two ops.
+- ``_FusedBatchNormReluPool``: FusedBatchNorm (training) → Relu → MaxPool,
+  where only masked gradients (_MaxPoolGradRelu) read the pool's winners.
+  Inputs the batch norm's; outputs (pooled, winners, then the batch norm's
+  four statistics); the batch norm's input stands in for the ReLU output's
+  shape, which is never made (backends/batch_norm_pool.py).
 - ``_ReluGradBatchNormGrad``: ReluGrad → FusedBatchNormGrad (training).
   Inputs (grad, relu output, then the batch-norm gradient's x, scale, mean,
   inv_std); outputs the batch-norm gradient's.
 
-Only GPUs have the batch-norm chains' kernels (backends/cupy_conv.py).
+GPUs run the batch-norm chains' kernels in CUDA (backends/cupy_conv.py), CPUs
+compiled (backends/native_batch_norm.py).
 """
 
 import os
@@ -277,12 +283,28 @@ def _batch_norm_relu(batch_norm, context):
     if relu is None or relu.type != "Relu":
         return None
     members = [batch_norm, relu]
+    pool = _pool_after_relu(relu, context)
+    if pool is not None and context.can_run_early(members + [pool], "_FusedBatchNormReluPool"):
+        return _batch_norm_relu_pool(members + [pool], context)
     if not context.can_run_early(members, "_FusedBatchNormRelu"):
         return None
     return FusedOp("_FusedBatchNormRelu", members, list(batch_norm.inputs),
                    [relu.outputs[0]] + list(batch_norm.outputs[1:]), dict(batch_norm.attrs),
                    context.device_of(batch_norm),
                    context.stand_ins([batch_norm.outputs[0]], relu.outputs[0]), runs_first=True)
+
+
+def _batch_norm_relu_pool(members, context):
+    """FusedBatchNorm → Relu → MaxPool: outputs the pool's (pooled, winners)
+    and the batch norm's statistics; the batch norm's input stands in for
+    the shape of the inner tensors (same shape and dtype)."""
+    batch_norm, relu, pool = members
+    return FusedOp("_FusedBatchNormReluPool", members, list(batch_norm.inputs),
+                   list(pool.outputs[:2]) + list(batch_norm.outputs[1:]),
+                   {**batch_norm.attrs, "pool": dict(pool.attrs)},
+                   context.device_of(batch_norm),
+                   context.stand_ins([batch_norm.outputs[0], relu.outputs[0]],
+                                     batch_norm.inputs[0]), runs_first=True)
 
 
 def _relu_grad_batch_norm_grad(relu_grad, context):

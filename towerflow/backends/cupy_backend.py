@@ -35,6 +35,7 @@ from .. import errors
 from ..graph import registry
 from ..parallel import nccl as nccl_ops
 from . import cupy_conv, cupy_tf32, register_backend
+from .batch_norm_pool import batch_norm_relu_pool_kernels
 from .cupy_bfloat16 import gpu_kernels_with_bfloat16
 from .kernels import build_kernels
 
@@ -116,6 +117,7 @@ def build_gpu_kernels():
     table = {**build_kernels(cupy, fused_updates=FusedUpdates()),
              "NcclAllReduce": _nccl_member}
     table.update(cupy_conv.gpu_kernels(cupy, table))   # one-pass conv and batch-norm kernels
+    table.update(batch_norm_relu_pool_kernels(table, compiled=False))   # its two kernels
     return gpu_kernels_with_bfloat16(cupy, table)      # bfloat16 computed in float32
 
 

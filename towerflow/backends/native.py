@@ -178,3 +178,26 @@ def _same_floats(first, *others):
 def _geometry(x, lay):
     n, h, w, c = x.shape
     return (n, h, w, c) + tuple(lay.window) + (lay.out_h, lay.out_w)
+
+
+# -- training-mode batch norm (see native_batch_norm.py) -------------------------------
+
+
+def batch_norm_sums(geometry, x, shift, grad, relu_output, partials):
+    """Per-block float64 channel sums into ``partials`` (_native.c's batch_norm_sums)."""
+    _compiled.batch_norm_sums(geometry, x, shift, grad, relu_output, partials)
+
+
+def batch_norm_apply(geometry, x, coefficients, y, relu):
+    """y = (x - mean) * gain + offset (then ReLU) over a range of rows."""
+    _compiled.batch_norm_apply(geometry, x, coefficients, y, relu)
+
+
+def batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx):
+    """dx of a training-mode batch norm over a range of rows (masked by the ReLU)."""
+    _compiled.batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx)
+
+
+def batch_norm_pool(geometry, x, coefficients, out, code):
+    """MaxPool (tiled windows) of relu((x - mean) * gain + offset) into ``out``, ``code``."""
+    _compiled.batch_norm_pool(geometry, x, coefficients, out, code)

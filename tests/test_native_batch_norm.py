@@ -1,0 +1,317 @@
+"""Training-mode batch norm on the CPU through the compiled kernels
+(towerflow/backends/native_batch_norm.py): forward and gradient against the
+NumPy kernels of fused_kernels.py in float64, float32 within bounds derived
+from float32 rounding, the fused ReLU chains bit for bit against the separate
+kernels, the same bits with any thread count, and NumPy's path wherever the
+compiled kernels do not apply. (Finite differences on every device:
+test_gradients_nn.py's fused_batch_norm cases.)"""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from towerflow.backends import (
+    batch_norm_pool,
+    kernels,
+    native,
+    native_batch_norm,
+    numpy_backend,
+    window_geometry,
+)
+from towerflow.backends.cpu_threads import WorkerPool
+from towerflow.backends.fused_kernels import _batch_norm_kernels
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
+
+EPSILON = 1e-3
+NUMPY = _batch_norm_kernels(np)
+CPU = native_batch_norm.cpu_batch_norm_kernels(NUMPY, numpy_backend.CPU_POOL)
+U32 = 2.0 ** -24            # float32's unit roundoff
+# 1 row; 1 channel; 3 channels; 33 channels in 2 blocks of partial sums, the
+# second ragged; 33 channels over 6 blocks, big enough for the pool to split.
+SHAPES = [(1, 5), (7, 1), (2, 3, 5, 3), (2, 45, 17, 33), (4, 40, 33, 33)]
+
+
+def ctx(dtype, outputs, training=True):
+    return SimpleNamespace(attrs={"epsilon": EPSILON, "is_training": training},
+                           output_dtypes=[np.dtype(dtype)] * outputs)
+
+
+def inputs(shape, dtype, seed=0, mean=1.0):
+    rng = np.random.default_rng(seed)
+    channels = shape[-1]
+    x = rng.standard_normal(shape) * 2 + mean
+    scale, offset = rng.standard_normal(channels), rng.standard_normal(channels)
+    grad = rng.standard_normal(shape)
+    return [array.astype(dtype) for array in (x, scale, offset, grad)]
+
+
+def forward(table, kernel, x, scale, offset):
+    channels = x.shape[-1]
+    moving = (np.zeros(channels, x.dtype), np.ones(channels, x.dtype))
+    return table[kernel](ctx(x.dtype, 5))(x, scale, offset, *moving)
+
+
+def reference(x, scale, offset, grad, relu=False):
+    """NumPy's kernels in float64 on the same values: (forward outputs, gradients)."""
+    wide = [array.astype(np.float64) for array in (x, scale, offset, grad)]
+    outputs = forward(NUMPY, "FusedBatchNorm", *wide[:3])
+    y = np.maximum(outputs[0], 0) if relu else outputs[0]
+    masked = wide[3] * (y > 0) if relu else wide[3]
+    grads = NUMPY["FusedBatchNormGrad"](ctx(np.float64, 3))(
+        masked, wide[0], wide[1], outputs[3], outputs[4])
+    return (y,) + tuple(outputs[1:]), grads
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["plain", "relu"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float64_matches_the_numpy_kernels(shape, relu):
+    x, scale, offset, grad = inputs(shape, np.float64)
+    expected, expected_grads = reference(x, scale, offset, grad, relu)
+    ours = forward(CPU, "_FusedBatchNormRelu" if relu else "FusedBatchNorm", x, scale, offset)
+    for got, want in zip(ours, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    grad_kernel = CPU["_ReluGradBatchNormGrad" if relu else "FusedBatchNormGrad"]
+    relu_output = (ours[0],) if relu else ()
+    grads = grad_kernel(ctx(np.float64, 3))(grad, *relu_output, x, scale, ours[3], ours[4])
+    for got, want in zip(grads, expected_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
+def assert_within(got, want, bound):
+    excess = np.abs(got.astype(np.float64) - want) - bound
+    assert excess.max() <= 0, f"off by up to {excess.max():.3g} beyond the bound"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float32_forward_is_within_float32_rounding(shape):
+    """The sums are float64 (their error is far below float32's); each
+    statistic is rounded once to float32 (u = 2^-24 relative), and
+    y = (x - mean) * gain + offset makes three float32 roundings on top of
+    mean's and gain's: |error| <= 4u (|y| + |gain| (|x - mean| + |mean|))."""
+    x, scale, offset, grad = inputs(shape, np.float32)
+    (y, mean, variance, _, inv_std), _ = reference(x, scale, offset, grad)
+    ours = forward(CPU, "FusedBatchNorm", x, scale, offset)
+    assert all(output.dtype == np.float32 for output in ours)
+    for got, want in zip((ours[1], ours[2], ours[4]), (mean, variance, inv_std)):
+        assert_within(got, want, 2 * U32 * np.abs(want))
+    gain = np.abs(scale.astype(np.float64) * inv_std)
+    centered = np.abs(x - mean)
+    assert_within(ours[0], y, 4 * U32 * (np.abs(y) + gain * (centered + np.abs(mean))))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float32_gradient_is_within_float32_rounding(shape):
+    """dscale and doffset: float64 sums rounded once (plus the float64 sums'
+    own n * 2^-53 of the sum of magnitudes); dx = (g * gain + c * k_c) - k_m
+    rounds c = x - mean, the two products, the sum and the difference, and
+    its coefficients once each: |error| <= 6u (|g gain| + |c k_c| + |k_m|)."""
+    x, scale, offset, grad = inputs(shape, np.float32)
+    (_, _, _, mean, inv_std), _ = reference(x, scale, offset, grad)
+    mean32, inv_std32 = mean.astype(np.float32), inv_std.astype(np.float32)
+    # the float64 reference from the float32 statistics the kernel is given
+    wide = [array.astype(np.float64) for array in (x, scale, grad, mean32, inv_std32)]
+    dx, dscale, doffset = NUMPY["FusedBatchNormGrad"](ctx(np.float64, 3))(
+        wide[2], wide[0], wide[1], wide[3], wide[4])
+    ours = CPU["FusedBatchNormGrad"](ctx(np.float32, 3))(grad, x, scale, mean32, inv_std32)
+    rows2d, grad2d = wide[0].reshape(-1, x.shape[-1]), wide[2].reshape(-1, x.shape[-1])
+    count = rows2d.shape[0]
+    sum_error = count * 2.0 ** -53
+    centered = rows2d - wide[3]
+    assert_within(ours[2], doffset, U32 * np.abs(doffset) + sum_error * np.abs(grad2d).sum(0))
+    assert_within(ours[1], dscale, 2 * U32 * np.abs(dscale) +
+                  sum_error * np.abs(grad2d * centered).sum(0) * wide[4])
+    gain = wide[1] * wide[4]
+    k_centered = gain * wide[4] * dscale / count
+    k_mean = gain * doffset / count
+    bound = 6 * U32 * (np.abs(grad2d * gain) + np.abs(centered * k_centered) + np.abs(k_mean))
+    assert_within(ours[0].reshape(-1, x.shape[-1]), dx.reshape(-1, x.shape[-1]), bound)
+
+
+def test_float32_variance_does_not_cancel_for_a_large_mean():
+    """A mean 2e4 times the spread: E[x^2] - E[x]^2 in float32 would keep
+    nothing of the variance (float32 spacing at 4e8 is 32)."""
+    x, scale, offset, grad = inputs((8, 16, 16, 4), np.float32, mean=2e4)
+    (_, _, variance, _, _), _ = reference(x, scale, offset, grad)
+    ours = forward(CPU, "FusedBatchNorm", x, scale, offset)
+    assert_within(ours[2], variance, 2 * U32 * variance)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fused_relu_chains_equal_the_separate_kernels_bit_for_bit(dtype):
+    x, scale, offset, grad = inputs((3, 9, 7, 33), dtype, seed=2)
+    grad[0, 0, 0, :4] = np.nan          # on a masked cell a NaN stays NaN (grad * 0)
+    plain = forward(CPU, "FusedBatchNorm", x, scale, offset)
+    fused = forward(CPU, "_FusedBatchNormRelu", x, scale, offset)
+    relu_output = np.maximum(plain[0], 0)
+    np.testing.assert_array_equal(fused[0], relu_output)
+    for got, want in zip(fused[1:], plain[1:]):
+        np.testing.assert_array_equal(got, want)
+    stats = (plain[3], plain[4])
+    separate = CPU["FusedBatchNormGrad"](ctx(dtype, 3))(
+        grad * (relu_output > 0), x, scale, *stats)
+    together = CPU["_ReluGradBatchNormGrad"](ctx(dtype, 3))(grad, relu_output, x, scale,
+                                                            *stats)
+    for got, want in zip(together, separate):
+        np.testing.assert_array_equal(got, want)
+    assert np.isnan(together[1]).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_any_thread_count_gives_the_same_bits_run_after_run(workers, dtype):
+    """(In float64 another order of the sums would show in the last bits;
+    in float32 it would mostly vanish in the rounding.)"""
+    x, scale, offset, grad = inputs((4, 40, 33, 33), dtype, seed=3)
+    pool = WorkerPool(workers)
+
+    def both(parallel):
+        outputs = native_batch_norm.batch_norm_training(x, scale, offset, EPSILON, True,
+                                                        parallel)
+        grads = native_batch_norm.batch_norm_grad_training(
+            grad, outputs[0], x, scale, outputs[3], outputs[4], parallel)
+        return outputs + grads
+
+    serial = both(None)
+    for _ in range(3):
+        for got, want in zip(both(pool), serial):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_strided_inference_and_float16_inputs_run_the_numpy_kernels():
+    x, scale, offset, _ = inputs((4, 6, 6, 8), np.float32, seed=4)
+    strided = x[:, ::2]
+    assert native_batch_norm.batch_norm_training(strided, scale, offset, EPSILON) is None
+    for kernel in ("FusedBatchNorm", "_FusedBatchNormRelu"):
+        ours = forward(CPU, kernel, strided, scale, offset)
+        numpy = forward(NUMPY, "FusedBatchNorm", strided, scale, offset)
+        expected = np.maximum(numpy[0], 0) if kernel != "FusedBatchNorm" else numpy[0]
+        np.testing.assert_array_equal(ours[0], expected)
+    moving = (np.zeros(8, np.float32), np.ones(8, np.float32))
+    inference = CPU["FusedBatchNorm"](ctx(np.float32, 5, training=False))(
+        x, scale, offset, *moving)
+    np.testing.assert_array_equal(inference[0], NUMPY["FusedBatchNorm"](
+        ctx(np.float32, 5, training=False))(x, scale, offset, *moving)[0])
+    assert native_batch_norm.batch_norm_training(
+        x.astype(np.float16), scale, offset, EPSILON) is None
+
+
+def test_the_native_switch_turns_the_compiled_kernels_off(monkeypatch):
+    x, scale, offset, _ = inputs((2, 5, 5, 3), np.float32, seed=5)
+    assert native_batch_norm.batch_norm_training(x, scale, offset, EPSILON) is not None
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    assert native_batch_norm.batch_norm_training(x, scale, offset, EPSILON) is None
+    np.testing.assert_array_equal(forward(CPU, "FusedBatchNorm", x, scale, offset)[0],
+                                  forward(NUMPY, "FusedBatchNorm", x, scale, offset)[0])
+
+
+# -- whole training steps ----------------------------------------------------------------
+
+
+def cifar_step_types(sess):
+    return {unit.type for plan_, _ in sess._plans.values() for unit in plan_.units}
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_fused_cpu_training_step_equals_the_unfused_one_bit_for_bit(monkeypatch, batch):
+    """The cifar10 recipe's network, two steps on /cpu:0: the batch-norm
+    chains (and every other CPU fusion) change no bit."""
+    from test_gpu_fusion import train_cifar
+    results = {}
+    for fused in (True, False):
+        monkeypatch.setenv("TOWERFLOW_FUSION", "1" if fused else "0")
+        losses, values, sess = train_cifar("/cpu:0", batch)
+        assert ("_FusedBatchNormRelu" in cifar_step_types(sess)) == fused
+        assert ("_ReluGradBatchNormGrad" in cifar_step_types(sess)) == fused
+        results[fused] = (losses, values)
+    np.testing.assert_array_equal(results[True][0], results[False][0])
+    for fused_value, plain_value in zip(results[True][1], results[False][1]):
+        np.testing.assert_array_equal(fused_value, plain_value)
+
+
+def test_a_cpu_training_step_with_and_without_the_compiled_kernels_agrees(monkeypatch):
+    """Up to float32 reordering, the budget test_parallel allows towers."""
+    from test_gpu_fusion import train_cifar
+    from test_parallel import relative_difference
+    monkeypatch.setenv("TOWERFLOW_WINOGRAD", "0")
+    results = []
+    for switch in ("1", "0"):
+        monkeypatch.setenv("TOWERFLOW_NATIVE", switch)
+        losses, values, _ = train_cifar("/cpu:0", 3)
+        results.append((losses, values))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5)
+    assert relative_difference(results[0][1], results[1][1]) <= 1e-5
+
+
+# -- freed memory ------------------------------------------------------------------------
+
+
+def page_faults():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+@pytest.mark.skipif(not numpy_backend.retain_freed_memory(), reason="not glibc")
+def test_a_freed_64_mib_array_is_not_faulted_in_again():
+    """Past glibc's largest mmap threshold (32 MiB) an array is mapped afresh
+    and page-faulted in again on every allocation unless mmap is off."""
+    size = (64 << 20) // 8
+    np.ones(size)
+    before = page_faults()
+    again = np.ones(size)
+    faults = page_faults() - before
+    assert again[-1] == 1 and faults <= 8, f"{faults} page faults"
+
+
+# -- batch norm + ReLU + max pool --------------------------------------------------------
+
+
+POOL_TABLE = {**kernels.build_kernels(np, numpy_backend.CPU_POOL), **CPU}
+POOL_TABLE.update(batch_norm_pool.batch_norm_relu_pool_kernels(POOL_TABLE,
+                                                               numpy_backend.CPU_POOL))
+
+
+def pool_chain(table, x, scale, offset, ksize, strides, padding):
+    """_FusedBatchNormReluPool's outputs from ``table``."""
+    attrs = {"epsilon": EPSILON, "is_training": True,
+             "pool": {"ksize": ksize, "strides": strides, "padding": padding}}
+    dtypes = [x.dtype, np.uint8] + [x.dtype] * 4
+    context = SimpleNamespace(attrs=attrs, output_dtypes=[np.dtype(d) for d in dtypes],
+                              outputs_used=None)
+    channels = x.shape[-1]
+    moving = (np.zeros(channels, x.dtype), np.ones(channels, x.dtype))
+    return table[batch_norm_pool.KERNEL](context)(x, scale, offset, *moving)
+
+
+def separate_chain(x, scale, offset, ksize, strides, padding):
+    relu = forward(CPU, "_FusedBatchNormRelu", x, scale, offset)
+    pool_ctx = SimpleNamespace(attrs={"ksize": ksize, "strides": strides, "padding": padding},
+                               output_dtypes=[x.dtype, np.dtype(np.uint8)], outputs_used=None)
+    return tuple(POOL_TABLE["MaxPool"](pool_ctx)(relu[0])) + tuple(relu[1:])
+
+
+POOLS = [((2, 2), (2, 2), "VALID", (4, 8, 8, 33)),      # windows tile the input
+         ((2, 2), (2, 2), "VALID", (3, 7, 9, 5)),       # an odd row and column left out
+         ((2, 2), (2, 2), "SAME", (2, 6, 6, 70)),        # more channels than a C block
+         ((3, 3), (2, 2), "SAME", (2, 7, 7, 3))]         # overlapping: the separate kernels
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ksize, strides, padding, shape", POOLS)
+def test_the_pool_chain_equals_the_separate_kernels_bit_for_bit(ksize, strides, padding,
+                                                              shape, dtype):
+    x, scale, offset, _ = inputs(shape, dtype, seed=6)
+    x[0, 0, 0, 0] = np.nan
+    x[-1, :2, :2, 1] = x[-1, 0, 0, 1]         # a tie in a window
+    fused = pool_chain(POOL_TABLE, x, scale, offset, ksize, strides, padding)
+    expected = separate_chain(x, scale, offset, ksize, strides, padding)
+    assert len(fused) == len(expected) == 6
+    for got, want in zip(fused, expected):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    lay = window_geometry._layout_maker({"ksize": ksize, "strides": strides,
+                                         "padding": padding})(x.shape)
+    compiled = native_batch_norm.batch_norm_relu_pool_training(
+        x, scale, offset, EPSILON, lay, numpy_backend.CPU_POOL)
+    assert (compiled is not None) == (ksize == strides)

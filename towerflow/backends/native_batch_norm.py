@@ -1,0 +1,251 @@
+"""Training-mode batch norm on the CPU through the compiled kernels of
+``_native.c`` (its "training-mode batch norm" section), threaded over the
+CPU pool: FusedBatchNorm, FusedBatchNormGrad and fusion.py's CPU chains
+``_FusedBatchNormRelu`` (the ReLU applied as the output is written) and
+``_ReluGradBatchNormGrad`` (the ReLU's gradient mask applied as the
+gradient is read).
+
+Each runs in two passes over the [rows, C] data, with no full-size
+temporaries (the NumPy kernels of fused_kernels.py make about eight):
+
+1. per-channel sums over fixed blocks of rows, in float64, one pair of
+   partial sums per block, the blocks shared out to the pool's threads;
+   the partials are then added in block order, so the result is the same
+   bits run after run and whatever the thread count;
+2. the output, each row from per-channel coefficients.
+
+The forward variance is ``E[d^2] - E[d]^2`` of ``d = x - shift`` with
+``shift`` the batch's first row (a sample of each channel), summed in
+float64: in float32 nothing cancels. Anything else (inference, a fed
+training flag, float16, strided arrays, an empty batch, TOWERFLOW_NATIVE=0)
+runs the NumPy kernels, with the ReLU or its mask as separate NumPy passes::
+
+    kernels = cpu_batch_norm_kernels(table, CPU_POOL)   # numpy_backend.py
+"""
+
+import numpy as np
+
+from . import native
+
+# Values per block of partial sums (a block is this many values' rows, at
+# least one row): a function of the shape only, never of the thread count.
+BLOCK_VALUES = 1 << 15
+
+
+def block_rows(rows, channels):
+    """Rows per block of partial sums for [rows, channels] data.
+
+    >>> block_rows(65536, 64)
+    512
+    """
+    return max(1, min(rows, BLOCK_VALUES // max(channels, 1)))
+
+
+def takes(*arrays):
+    """Whether the compiled kernels take these arrays (None skipped): on,
+    C-contiguous NumPy arrays of one float dtype, with at least one row."""
+    present = [array for array in arrays if array is not None]
+    return native.float_arrays(*present) and present[0].ndim >= 1 and \
+        present[0].size > 0 and present[0].shape[-1] > 0
+
+
+def batch_norm_training(x, scale, offset, epsilon, relu=False, parallel=None):
+    """FusedBatchNorm in training, then max(y, 0) if ``relu``: (y, batch
+    mean, unbiased batch variance, saved mean, saved inv_std), or None where
+    the compiled kernels do not take the arrays (see :func:`takes`)::
+
+        y, mean, variance, _, inv_std = batch_norm_training(x, scale, offset, 1e-3)
+    """
+    if not takes(x, scale, offset) or scale.shape != (x.shape[-1],) or \
+            offset.shape != scale.shape:
+        return None
+    rows2d = x.reshape(-1, x.shape[-1])
+    coefficients, statistics = _statistics(rows2d, scale, offset, epsilon, parallel)
+    y = np.empty_like(rows2d)
+    _over_rows(parallel, rows2d, lambda geometry: native.batch_norm_apply(
+        geometry, rows2d, coefficients, y, relu))
+    return (y.reshape(x.shape),) + statistics
+
+
+def batch_norm_relu_pool_training(x, scale, offset, epsilon, lay, parallel=None):
+    """FusedBatchNorm in training → Relu → MaxPool of the windows ``lay``
+    (window_geometry) as one pass after the sums: (pooled, winner bits,
+    batch mean, unbiased batch variance, saved mean, saved inv_std), the
+    pooled values and bits those of MaxPool on :func:`batch_norm_training`'s
+    output, bit for bit; None where the compiled kernels do not take the
+    arrays or the windows do not tile the input with at most 8 taps::
+
+        pooled, winners, *statistics = batch_norm_relu_pool_training(
+            x, scale, offset, 1e-3, layout_of(x.shape))
+    """
+    if x.ndim != 4 or not lay.tiles or not 0 < len(lay.taps) <= 8 or \
+            not takes(x, scale, offset) or \
+            scale.shape != (x.shape[-1],) or offset.shape != scale.shape:
+        return None
+    rows2d = x.reshape(-1, x.shape[-1])
+    coefficients, statistics = _statistics(rows2d, scale, offset, epsilon, parallel)
+    count, height, width, channels = x.shape
+    pooled = np.empty((count, lay.out_h, lay.out_w, channels), x.dtype)
+    winners = np.empty(pooled.shape, np.uint8)
+
+    def pool_images(part):
+        start, stop = count * part // parts, count * (part + 1) // parts
+        geometry = (stop - start, height, width, channels) + tuple(lay.window) + \
+            (lay.out_h, lay.out_w)
+        native.batch_norm_pool(geometry, x[start:stop], coefficients, pooled[start:stop],
+                               winners[start:stop])
+    parts = _parts(parallel, count, x.size)
+    _run(parallel, pool_images, parts)
+    return (pooled, winners) + statistics
+
+
+def _statistics(rows2d, scale, offset, epsilon, parallel):
+    """([mean, gain, offset] in the rows' dtype, the four statistics outputs)."""
+    count = rows2d.shape[0]
+    shift = rows2d[0]
+    sums = _sums(rows2d, shift, None, None, parallel)
+    mean_shift = sums[0] / count
+    variance = np.maximum(sums[1] / count - mean_shift * mean_shift, 0.0)
+    mean = shift + mean_shift
+    inv_std = 1.0 / np.sqrt(variance + epsilon)
+    coefficients = np.array([mean, scale * inv_std, offset], dtype=rows2d.dtype)
+    moving_variance = variance * (count / max(count - 1, 1))
+    return coefficients, (coefficients[0].copy(), moving_variance.astype(rows2d.dtype),
+                          coefficients[0].copy(), inv_std.astype(rows2d.dtype))
+
+
+def batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, parallel=None):
+    """FusedBatchNormGrad in training of ``grad`` masked by ``relu_output >
+    0`` first (ReluGrad) unless that is None: (dx, dscale, doffset), or None
+    where the compiled kernels do not take the arrays::
+
+        dx, dscale, doffset = batch_norm_grad_training(grad, y, x, scale, mean, inv_std)
+    """
+    if not takes(grad, relu_output, x, scale, mean, inv_std) or grad.shape != x.shape or \
+            (relu_output is not None and relu_output.shape != x.shape) or \
+            any(vector.shape != (x.shape[-1],) for vector in (scale, mean, inv_std)):
+        return None
+    channels = x.shape[-1]
+    rows2d, grad2d = x.reshape(-1, channels), grad.reshape(-1, channels)
+    relu2d = None if relu_output is None else relu_output.reshape(-1, channels)
+    count = rows2d.shape[0]
+    doffset, centered_sum = _sums(rows2d, mean, grad2d, relu2d, parallel)
+    inv_std64 = inv_std.astype(np.float64)
+    dscale = centered_sum * inv_std64
+    gain = scale * inv_std64
+    coefficients = np.array([mean, gain, gain * inv_std64 * dscale * (-1.0 / count),
+                             gain * doffset * (1.0 / count)], dtype=x.dtype)
+    dx = np.empty_like(rows2d)
+    _over_rows(parallel, rows2d, lambda geometry: native.batch_norm_grad_apply(
+        geometry, grad2d, relu2d, rows2d, coefficients, dx))
+    return dx.reshape(x.shape), dscale.astype(x.dtype), doffset.astype(x.dtype)
+
+
+def _sums(rows2d, shift, grad2d, relu2d, parallel):
+    """[2, C] float64 sums over the rows (see _native.c's batch_norm_sums),
+    block partials added in block order."""
+    count, channels = rows2d.shape
+    per_block = block_rows(count, channels)
+    blocks = -(-count // per_block)
+    partials = np.empty((blocks, 2, channels))
+    parts = _parts(parallel, blocks, rows2d.size)
+
+    def add_blocks(part):
+        first, stop = blocks * part // parts, blocks * (part + 1) // parts
+        native.batch_norm_sums((count, channels, per_block, first, stop), rows2d, shift,
+                               grad2d, relu2d, partials)
+    _run(parallel, add_blocks, parts)
+    # NOTE: a reduction over the leading axis adds the blocks one after
+    # another, in order (no pairwise regrouping that could depend on threads).
+    return partials.sum(axis=0)
+
+
+def _over_rows(parallel, rows2d, apply):
+    """``apply((rows, C, first, stop))`` over row ranges covering the rows."""
+    count, channels = rows2d.shape
+    parts = _parts(parallel, count, rows2d.size)
+
+    def rows_of(part):
+        apply((count, channels, count * part // parts, count * (part + 1) // parts))
+    _run(parallel, rows_of, parts)
+
+
+def _parts(parallel, size, elements):
+    return 1 if parallel is None else max(1, parallel.parts(size, elements))
+
+
+def _run(parallel, work, parts):
+    if parallel is None or parts == 1:
+        for part in range(parts):
+            work(part)
+    else:
+        parallel.run(work, parts)
+
+
+# -- the kernel table ------------------------------------------------------------------
+
+
+def cpu_batch_norm_kernels(table, parallel):
+    """Makers for FusedBatchNorm, FusedBatchNormGrad and the fused CPU chains
+    ``_FusedBatchNormRelu`` / ``_ReluGradBatchNormGrad``, over ``table``'s
+    (kernels.build_kernels(np)) NumPy makers, which run whatever the
+    compiled kernels do not take::
+
+        KERNELS.update(cpu_batch_norm_kernels(KERNELS, CPU_POOL))
+    """
+    generic = {name: table[name] for name in ("FusedBatchNorm", "FusedBatchNormGrad")}
+
+    def forward(relu):
+        def make(ctx):
+            fallback = generic["FusedBatchNorm"](ctx)
+            if relu:
+                fallback = _relu_after(fallback)
+            if ctx.attrs["is_training"] is not True or not _one_dtype(ctx):
+                return fallback
+            epsilon = ctx.attrs["epsilon"]
+
+            def run(x, scale, offset, mean, variance):
+                outputs = batch_norm_training(x, scale, offset, epsilon, relu, parallel)
+                return fallback(x, scale, offset, mean, variance) if outputs is None \
+                    else outputs
+            return run
+        return make
+
+    def backward(masked):
+        def make(ctx):
+            fallback = generic["FusedBatchNormGrad"](ctx)
+            if masked:
+                fallback = _relu_grad_before(fallback)
+            if ctx.attrs["is_training"] is not True or not _one_dtype(ctx):
+                return fallback
+
+            def run(grad, *inputs):
+                relu_output, (x, scale, mean, inv_std) = \
+                    (inputs[0], inputs[1:]) if masked else (None, inputs)
+                outputs = batch_norm_grad_training(grad, relu_output, x, scale, mean,
+                                                   inv_std, parallel)
+                return fallback(grad, *inputs) if outputs is None else outputs
+            return run
+        return make
+
+    return {"FusedBatchNorm": forward(False), "_FusedBatchNormRelu": forward(True),
+            "FusedBatchNormGrad": backward(False), "_ReluGradBatchNormGrad": backward(True)}
+
+
+def _one_dtype(ctx):
+    """Whether all the op's outputs share one dtype (the compiled kernels
+    write every output in the input's dtype)."""
+    return len({np.dtype(dtype) for dtype in ctx.output_dtypes}) == 1
+
+
+def _relu_after(generic):
+    def run(*inputs):
+        outputs = generic(*inputs)
+        return (np.maximum(outputs[0], 0),) + tuple(outputs[1:])
+    return run
+
+
+def _relu_grad_before(generic):
+    def run(grad, relu_output, *inputs):
+        return generic(grad * (relu_output > 0), *inputs)
+    return run
