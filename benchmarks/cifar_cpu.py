@@ -19,9 +19,10 @@ Conv2D contributes 2 * OH * OW * KH * KW * C_in * C_out and every MatMul
 2 * K * N per sample (a multiply-add is two FLOPs); batch norm, ReLU, pooling,
 the residual adds, the loss and the update are not counted. The backward
 pass is counted as twice the forward for every layer (the input gradient and
-the filter gradient, each a GEMM of the forward's size) except a convolution
-whose input is the fed images: its input gradient is not computed, so it
-counts once. The step's FLOPs are 3 x forward - that first conv's forward.
+the filter gradient, each a GEMM of the forward's size) except the first
+convolution, whose input (the fed images) depends on no variable: its input
+gradient is not computed, so it counts once. The step's FLOPs are
+3 x forward - that first conv's forward.
 GFLOP/s = FLOPs per step x steps/s; each framework's fraction is against the
 machine's float32 GEMM rate measured in the same run (np.matmul of two
 2048x2048 float32 matrices, best of several), on all the BLAS threads.
@@ -61,14 +62,16 @@ def step_flops(build_logits, input_shape):
     docstring says: (forward FLOPs, step FLOPs)."""
     graph = tf.Graph()
     with graph.as_default():
-        images = tf.placeholder(tf.float32, (1,) + tuple(input_shape))
-        build_logits(images)
+        build_logits(tf.placeholder(tf.float32, (1,) + tuple(input_shape)))
     forward, not_computed = 0, 0
-    for op in graph.get_operations():
+    trained = set()                 # ops whose output depends on a variable
+    for op in graph.get_operations():           # in creation order: inputs first
+        if "Variable" in op.type or any(t.op in trained for t in op.inputs):
+            trained.add(op)
         flops = _layer_flops(op)
         forward += flops
-        if op.type == "Conv2D" and op.inputs[0] is images:
-            not_computed += flops           # no gradient for the fed images
+        if flops and op.inputs[0].op not in trained:
+            not_computed += flops   # no gradient for an input computed from the images only
     return forward, 3 * forward - not_computed
 
 
@@ -256,6 +259,14 @@ def measure_batch(batch, torch, jax, args, flops_per_sample):
     return row
 
 
+def add_gemm_fractions(rows, gemm_rate, frameworks):
+    """Each measured framework's GFLOP/s as a fraction of the GEMM rate."""
+    for row in rows:
+        for name in frameworks:
+            if row[name] is not None:
+                row[name]["fraction_of_gemm"] = row[name]["gflops"] / gemm_rate
+
+
 def print_table(rows, gemm_rate, flops_per_sample):
     print(f"\nfloat32 GEMM ({GEMM_SIZE}^2, np.matmul, best): {gemm_rate:.0f} GFLOP/s; "
           f"step: {flops_per_sample / 1e6:.1f} MFLOP per sample")
@@ -309,10 +320,7 @@ def main():
     rows = [measure_batch(int(batch), torch, jax, args, flops_per_sample)
             for batch in args.batches.split(",")]
     gemm_rate = max(gemm_rate, gemm_gflops())       # before and after: the better
-    for row in rows:
-        for name in ("towerflow", "pytorch", "jax"):
-            if row[name] is not None:
-                row[name]["fraction_of_gemm"] = row[name]["gflops"] / gemm_rate
+    add_gemm_fractions(rows, gemm_rate, ("towerflow", "pytorch", "jax"))
     print_table(rows, gemm_rate, flops_per_sample)
     write_json(args.json, {"benchmark": "cifar_cpu", "unit": "samples/s", "rows": rows,
                            "gemm_gflops": gemm_rate, "forward_flops_per_sample": forward,
