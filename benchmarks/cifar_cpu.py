@@ -38,6 +38,7 @@ A framework that is not installed gets a "not installed" row.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -47,6 +48,7 @@ import gpu_peers
 import numpy as np
 
 import towerflow as tf
+from towerflow.backends import cpu_threads
 from towerflow.recipes.cifar10 import RECIPE, WIDTHS
 
 GEMM_SIZE = 2048
@@ -268,8 +270,9 @@ def add_gemm_fractions(rows, gemm_rate, frameworks):
 
 
 def print_table(rows, gemm_rate, flops_per_sample):
-    print(f"\nfloat32 GEMM ({GEMM_SIZE}^2, np.matmul, best): {gemm_rate:.0f} GFLOP/s; "
-          f"step: {flops_per_sample / 1e6:.1f} MFLOP per sample")
+    print(f"\nfloat32 GEMM ({GEMM_SIZE}^2, np.matmul, best): {gemm_rate:.0f} GFLOP/s "
+          f"(OpenBLAS {openblas_core()} kernels); step: {flops_per_sample / 1e6:.1f} MFLOP "
+          f"per sample")
     print(f"{'batch':>5} {'framework':<10} {'samples/s':>10} {'GFLOP/s':>8} {'of GEMM':>8} "
           f"{'towerflow/it':>13}")
     for row in rows:
@@ -297,7 +300,20 @@ def write_json(path, result):
 def versions(**modules):
     found = {name: getattr(module, "__version__", None) for name, module in modules.items()}
     return dict(found, numpy=np.__version__, python=platform.python_version(),
-                cpus=os.cpu_count())
+                cpus=os.cpu_count(), openblas_core=openblas_core(),
+                openblas_coretype_env=os.environ.get("OPENBLAS_CORETYPE"))
+
+
+def openblas_core():
+    """The kernel set NumPy's OpenBLAS runs (e.g. Haswell: AVX2; SkylakeX: AVX-512),
+    or None: towerflow's GEMMs run at its speed (OPENBLAS_CORETYPE overrides it)."""
+    for library in cpu_threads._loaded_openblas():
+        for name in ("scipy_openblas_get_corename64_", "openblas_get_corename"):
+            function = getattr(library, name, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                return function().decode()
+    return None
 
 
 def main():

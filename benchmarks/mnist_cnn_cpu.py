@@ -60,7 +60,7 @@ def logits(tf, images, keep_prob):
     y = conv_relu_pool(tf.reshape(images, [-1, 28, 28, 1]), 1, 32)
     y = tf.reshape(conv_relu_pool(y, 32, 64), [-1, 7 * 7 * 64])
     y = tf.nn.relu(tf.matmul(y, weight([7 * 7 * 64, 1024])) + bias(1024))
-    y = tf.nn.dropout(y, keep_prob=keep_prob)
+    y = tf.nn.dropout(y, rate=1 - keep_prob)
     return tf.matmul(y, weight([1024, 10])) + bias(10)
 
 
@@ -125,11 +125,13 @@ class TorchStep:
 
 def import_tensorflow():
     """tensorflow.compat.v1, or None (with a message) where it is not installed."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")    # no start-up log lines
     try:
         import tensorflow
     except ImportError:
         print("tensorflow is not installed: its rows say so")
         return None
+    tensorflow.get_logger().setLevel("ERROR")     # compat.v1's deprecation notes
     return tensorflow.compat.v1
 
 
@@ -162,7 +164,7 @@ def measure_batch(batch, runners, args, flops_per_sample):
 
 def print_table(rows, gemm_rate):
     print(f"\nfloat32 GEMM ({cifar_cpu.GEMM_SIZE}^2, np.matmul, best): {gemm_rate:.0f} "
-          f"GFLOP/s")
+          f"GFLOP/s (OpenBLAS {cifar_cpu.openblas_core()} kernels)")
     print(f"{'batch':>5} {'framework':<10} {'samples/s':>10} {'GFLOP/s':>8} {'of GEMM':>8} "
           f"{'towerflow/it':>13}")
     for row in rows:

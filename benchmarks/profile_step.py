@@ -34,8 +34,8 @@ def training_step(model, batch):
         return step.run, gpu_peers.make_batches(batch or 64)
     if model == "mnist_cnn":
         import mnist_cnn_cpu
-        import towerflow
-        return mnist_cnn_cpu.GraphStep(towerflow).run, mnist_cnn_cpu.make_batches(batch or 50)
+        step = mnist_cnn_cpu.GraphStep(mnist_cnn_cpu.towerflow)
+        return step.run, mnist_cnn_cpu.make_batches(batch or 50)
     spec = dict(cpu_peers.MODELS[model])
     spec["batch"] = batch or spec["batch"]
     return cpu_peers.towerflow_step(model, spec), cpu_peers.make_batches(spec)
@@ -44,8 +44,8 @@ def training_step(model, batch):
 def profile(model, steps, batch=None):
     """({op name: [seconds per step]}, {op name: op type}, [untimed step seconds])."""
     run_step, batches = training_step(model, batch)
-    for batch in batches[:3]:
-        run_step(batch)
+    for warm_up in batches[:3]:
+        run_step(warm_up)
     plain = []
     for i in range(steps):
         start = time.perf_counter()
