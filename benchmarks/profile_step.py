@@ -6,9 +6,11 @@ training step in ms::
 
     python benchmarks/profile_step.py [--model cnn] [--steps 30] [--ops 12]
     python benchmarks/profile_step.py --model cifar10 [--batch 64]
+    python benchmarks/profile_step.py --model mnist_cnn [--batch 50]
 
 ``cifar10`` is the cifar10 recipe's network (benchmarks/gpu_peers.py's
-training step, on /cpu:0).
+training step, on /cpu:0); ``mnist_cnn`` the classic TF1 MNIST CNN of
+benchmarks/mnist_cnn_cpu.py (5x5 convolutions).
 
 Timing each kernel adds a few microseconds per op; the step total printed
 first is measured without it.
@@ -30,6 +32,10 @@ def training_step(model, batch):
         import gpu_peers
         step = gpu_peers.TowerflowStep(batch or 64, "float32", "/cpu:0", cuda_graphs=False)
         return step.run, gpu_peers.make_batches(batch or 64)
+    if model == "mnist_cnn":
+        import mnist_cnn_cpu
+        step = mnist_cnn_cpu.GraphStep(mnist_cnn_cpu.towerflow)
+        return step.run, mnist_cnn_cpu.make_batches(batch or 50)
     spec = dict(cpu_peers.MODELS[model])
     spec["batch"] = batch or spec["batch"]
     return cpu_peers.towerflow_step(model, spec), cpu_peers.make_batches(spec)
@@ -38,8 +44,8 @@ def training_step(model, batch):
 def profile(model, steps, batch=None):
     """({op name: [seconds per step]}, {op name: op type}, [untimed step seconds])."""
     run_step, batches = training_step(model, batch)
-    for batch in batches[:3]:
-        run_step(batch)
+    for warm_up in batches[:3]:
+        run_step(warm_up)
     plain = []
     for i in range(steps):
         start = time.perf_counter()
@@ -73,9 +79,10 @@ def _timed_run(per_op, op_types):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="cnn", choices=sorted(cpu_peers.MODELS) + ["cifar10"])
+    parser.add_argument("--model", default="cnn", choices=sorted(cpu_peers.MODELS) + ["cifar10", "mnist_cnn"])
     parser.add_argument("--batch", type=int, default=None,
-                        help="batch size (default: the model's own; 64 for cifar10)")
+                        help="batch size (default: the model's own; 64 for cifar10, "
+                        "50 for mnist_cnn)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--ops", type=int, default=12, help="how many of the slowest ops")
     args = parser.parse_args()
