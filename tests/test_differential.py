@@ -17,6 +17,7 @@ fraction of float64 towers (a real fault, fixed in parallel/replication.py).
 """
 
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -332,3 +333,32 @@ def test_float32_single_steps_match_the_plain_path(probes, monkeypatch, network)
         ran.update(probes)
         assert_same_training(result, plain, FLOAT32_RTOL, norm=True)
     assert_ran(ran, ())
+
+
+# -- the registry ----------------------------------------------------------------------
+
+
+def test_switched_sets_each_variable_and_restores_it(monkeypatch):
+    from towerflow.backends import numpy_backend
+    monkeypatch.setenv("TOWERFLOW_WINOGRAD", "1")
+    monkeypatch.delenv("TOWERFLOW_CACHE_BLOCK_BYTES", raising=False)
+    workers = numpy_backend.CPU_POOL.workers
+    with fast_paths.switched(fast_paths.FAST_PATHS, on=False):
+        assert {path.variable: os.environ[path.variable] for path in fast_paths.FAST_PATHS} \
+            == {path.variable: path.off for path in fast_paths.FAST_PATHS}
+        assert numpy_backend.CPU_POOL.workers == 1
+    assert os.environ["TOWERFLOW_WINOGRAD"] == "1"
+    assert "TOWERFLOW_CACHE_BLOCK_BYTES" not in os.environ
+    assert numpy_backend.CPU_POOL.workers == workers
+
+
+def test_an_unknown_fast_path_is_refused_with_the_names():
+    with pytest.raises(ValueError, match=r"no fast path named 'wino'.*'winograd'"):
+        fast_paths.by_name("wino")
+
+
+def test_a_cache_block_size_must_be_a_number_of_bytes(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_CACHE_BLOCK_BYTES", "1MB")
+    with pytest.raises(ValueError, match=r"TOWERFLOW_CACHE_BLOCK_BYTES must be a number "
+                                         r"of bytes >= 0 .*got '1MB'"):
+        conv_blocks._images_per_cache_block(1000)
