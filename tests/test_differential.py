@@ -214,6 +214,12 @@ def _counted(function, name, calls):
     return probe
 
 
+ALL = tuple(path.name for path in fast_paths.FAST_PATHS)
+# What each fast path needs on to run at all (Winograd and cache blocks are
+# compiled kernels' paths).
+NEEDS = {"winograd": {"native"}, "cache_blocks": {"native"}}
+
+
 def run_switched(probes, off, *args, **kwargs):
     """train(*args) with the fast paths named in ``off`` off (the others on);
     checks through the probes that each ran exactly when it was on."""
@@ -222,15 +228,10 @@ def run_switched(probes, off, *args, **kwargs):
     on_paths = [path for path in fast_paths.FAST_PATHS if path.name not in off]
     with fast_paths.switched(on_paths, on=True), fast_paths.switched(off_paths, on=False):
         result = train(*args, **kwargs)
-    for path in off_paths:
-        assert probes[path.name] == 0, f"{path.name} ran while {path.variable} was off"
+    for path in fast_paths.FAST_PATHS:
+        if path.name in off or NEEDS.get(path.name, set()) & set(off):
+            assert probes[path.name] == 0, f"{path.name} ran with {off} off"
     return result
-
-
-ALL = tuple(path.name for path in fast_paths.FAST_PATHS)
-# What each fast path needs on to run at all (Winograd and cache blocks are
-# compiled kernels' paths).
-NEEDS = {"winograd": {"native"}, "cache_blocks": {"native"}}
 
 
 def assert_ran(probes, off):
@@ -362,3 +363,11 @@ def test_a_cache_block_size_must_be_a_number_of_bytes(monkeypatch):
     with pytest.raises(ValueError, match=r"TOWERFLOW_CACHE_BLOCK_BYTES must be a number "
                                          r"of bytes >= 0 .*got '1MB'"):
         conv_blocks._images_per_cache_block(1000)
+
+
+def test_cache_block_bytes_set_the_images_per_block(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_CACHE_BLOCK_BYTES", str(10_000))
+    assert conv_blocks._images_per_cache_block(1000) == 10
+    assert conv_blocks._images_per_cache_block(20_000) == 1
+    monkeypatch.setenv("TOWERFLOW_CACHE_BLOCK_BYTES", "0")     # no blocks: all at once
+    assert conv_blocks._images_per_cache_block(1000) >= 1 << 40
