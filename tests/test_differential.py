@@ -11,9 +11,13 @@ Probes count calls into each fast path, so a switch that silently does
 nothing fails too.
 
 Planted faults this suite caught (each reverted): the Winograd output
-transform dropping a ragged last tile's last column, a cache block losing
-its last image, one tower's shard weighed 1e-6 off, the float32 shard
-fraction of float64 towers (a real fault, fixed in parallel/replication.py).
+transform scaling a ragged last tile's last column by 1 + 1e-9, a cache
+block losing its last image, a thread part's filter-gradient sum dropped,
+the fused conv's bias added in the first block only, one tower's weight
+1e-6 off, the GPU's fused batch norm + ReLU offset 1e-9 off, switches that
+do nothing (Winograd's, the thread pool's, the cache blocks', CUDA graphs');
+and one real fault: float64 towers weighed by float32 shard fractions,
+~1e-8 off one device (fixed in parallel/replication.py).
 """
 
 import collections
@@ -126,9 +130,9 @@ def batches(batch, size, dtype, steps=STEPS, seed=0):
              rng.integers(0, CLASSES, batch)) for _ in range(steps)]
 
 
-def train(network, batch, dtype=np.float64, steps=STEPS, towers=0):
+def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:0"):
     """{variable name: (initial, trained)} after ``steps`` of SGD on ``network``
-    (one device, /cpu:0; or ``towers`` towers on /cpu:0..)."""
+    (one ``device``; or ``towers`` towers on /cpu:0..)."""
     build, size = NETWORKS[network]
     tf.reset_default_graph()
     tf.set_random_seed(7)
@@ -147,7 +151,7 @@ def train(network, batch, dtype=np.float64, steps=STEPS, towers=0):
         step = strategy.minimize(model, (images, labels), optimizer)
         train_op, variables = step.train_op, step.replicas[0]
     else:
-        with tf.device("/cpu:0"):
+        with tf.device(device):
             loss = model((images, labels))
             with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
                 train_op = optimizer.minimize(loss)
@@ -214,7 +218,8 @@ def _counted(function, name, calls):
     return probe
 
 
-ALL = tuple(path.name for path in fast_paths.FAST_PATHS)
+CPU_PATHS, GPU_PATHS = fast_paths.on_device("CPU"), fast_paths.on_device("GPU")
+ALL = tuple(path.name for path in CPU_PATHS)      # all off: the CPU's plain path
 # What each fast path needs on to run at all (Winograd and cache blocks are
 # compiled kernels' paths).
 NEEDS = {"winograd": {"native"}, "cache_blocks": {"native"}}
@@ -234,8 +239,8 @@ def run_switched(probes, off, *args, **kwargs):
     return result
 
 
-def assert_ran(probes, off):
-    for path in fast_paths.FAST_PATHS:
+def assert_ran(probes, off, paths=CPU_PATHS):
+    for path in paths:
         if path.name not in off and not NEEDS.get(path.name, set()) & set(off):
             assert probes[path.name] > 0, f"{path.name} never ran with {path.variable} on"
 
@@ -254,6 +259,18 @@ def test_each_fast_path_trains_like_the_plain_path(probes, network):
     for off in [()] + [(name,) for name in ALL]:
         result = run_switched(probes, off, network, batch)
         assert_ran(probes, off)
+        assert_same_training(result, plain, FLOAT64_RTOL)
+
+
+@pytest.mark.parametrize("network", ["cifar10", "residual"])
+def test_gpu_fast_paths_train_like_the_cpu_plain_path(gpu_backend, probes, network):
+    """The GPU backend (the simulated GPU without one) in float64, its fast paths
+    (fused batch norm + ReLU, CUDA graphs) on and each off, against the CPU's
+    plain path: the GPU kernels meet the same 1e-12."""
+    plain = run_switched(probes, ALL, network, 9)
+    for off in [()] + [(path.name,) for path in GPU_PATHS]:
+        result = run_switched(probes, off, network, 9, device="/gpu:0")
+        assert_ran(probes, off, GPU_PATHS)
         assert_same_training(result, plain, FLOAT64_RTOL)
 
 

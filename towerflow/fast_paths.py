@@ -35,6 +35,7 @@ class FastPath:
     off: str
     description: str
     probe: str                 # "module:attr.attr": called only on the fast path
+    devices: tuple = ("CPU",)  # the device types it runs on
     live: Callable[[bool], Callable[[], None]] | None = None
 
 
@@ -59,15 +60,30 @@ FAST_PATHS = (
              "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 channels",
              "towerflow.backends.winograd:WinogradConv.__call__"),
     FastPath("fusion", "TOWERFLOW_FUSION", "1", "0",
-             "fused kernel chains: conv + bias (+ ReLU (+ max pool)), pool grad + ReLU grad",
-             "towerflow.fusion:FusedOp.__init__"),
+             "fused kernel chains: conv + bias (+ ReLU (+ max pool)), pool grad + ReLU "
+             "grad; on GPUs batch norm + ReLU and its gradient",
+             "towerflow.fusion:FusedOp.__init__", devices=("CPU", "GPU")),
     FastPath("cpu_threads", "TOWERFLOW_CPU_THREADS", None, "1",
              "the CPU thread pool: convolutions, GEMMs and big elementwise ops in parts",
              "towerflow.backends.cpu_threads:WorkerPool._run", live=_cpu_pool_workers),
     FastPath("cache_blocks", "TOWERFLOW_CACHE_BLOCK_BYTES", None, "0",
              "convolutions in blocks of images whose patches fit in a core's cache",
              "towerflow.backends.conv_blocks:_several_blocks"),
+    FastPath("cuda_graphs", "TOWERFLOW_CUDA_GRAPHS", "1", "0",
+             "a GPU plan's steps captured once as CUDA graphs, then replayed",
+             "towerflow.plan_capture:_CapturedStep.replay", devices=("GPU",)),
 )
+
+
+def on_device(device_type):
+    """The fast paths that run on devices of ``device_type`` ('CPU' or 'GPU').
+
+    Example::
+
+        >>> [path.name for path in on_device("GPU")]
+        ['fusion', 'cuda_graphs']
+    """
+    return tuple(path for path in FAST_PATHS if device_type in path.devices)
 
 
 def by_name(name):
