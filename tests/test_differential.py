@@ -302,8 +302,9 @@ def test_batch_sizes_cross_every_boundary(monkeypatch, splits_small_work):
     original = conv_blocks._images_per_cache_block
 
     def recorded(bytes_per_image):
-        images_per_block.add(original(bytes_per_image))
-        return images_per_block and original(bytes_per_image)
+        per_block = original(bytes_per_image)
+        images_per_block.add(per_block)
+        return per_block
     monkeypatch.setattr(conv_blocks, "_images_per_cache_block", recorded)
     with fast_paths.switched(fast_paths.FAST_PATHS, on=True):
         for network in NETWORKS:
@@ -388,3 +389,10 @@ def test_cache_block_bytes_set_the_images_per_block(monkeypatch):
     assert conv_blocks._images_per_cache_block(20_000) == 1
     monkeypatch.setenv("TOWERFLOW_CACHE_BLOCK_BYTES", "0")     # no blocks: all at once
     assert conv_blocks._images_per_cache_block(1000) >= 1 << 40
+
+
+def test_cpu_threads_variable_sizes_the_pool(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_CPU_THREADS", "1")       # the switch's "off"
+    assert cpu_threads.cpu_pool().workers == 1
+    monkeypatch.setenv("TOWERFLOW_CPU_THREADS", "3")
+    assert cpu_threads.cpu_pool().workers == 3

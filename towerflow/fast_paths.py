@@ -128,7 +128,14 @@ def switched(paths, on):
 
 
 def probe_target(path):
-    """(object, attribute name) of ``path.probe``, to wrap and count calls."""
+    """(object, attribute name) of ``path.probe``, to wrap and count calls.
+
+    Example::
+
+        >>> owner, name = probe_target(by_name("winograd"))
+        >>> owner.__name__, name
+        ('WinogradConv', '__call__')
+    """
     module_name, attributes = path.probe.split(":")
     owner = importlib.import_module(module_name)
     *parents, attribute = attributes.split(".")
