@@ -39,19 +39,20 @@ STEPS = 3
 
 # Tolerances. float64's unit roundoff is u = 1.1e-16. Two paths that add the
 # same products in another order (cache blocks, thread parts, GEMM shapes)
-# differ by at most ~K*u relative per dot product of K terms (K <= 5*5*32 =
-# 800 here, and far less in practice: rounding errors cancel); Winograd's
-# transforms (entries up to 8 in B and A) scale that by ~100, as its float32
-# error of a few 1e-6 (winograd.py) is ~50 float32 roundoffs. So every
-# convolution is within ~1e-14 relative, and three SGD steps chain a few
-# tens of such errors into the updates, ~1e-13 where a sum cancels (batch
-# norm's gamma gradient: measured up to 2.4e-13, everything else <= 4e-14).
-# A ReLU or max-pool flip (a jump of the size of an activation) or a planted
-# fault (>= 1e-8: see the module docstring) is orders of magnitude above.
+# differ by at most ~K*u relative per sum of K terms (K up to 3*3*128 = 1152
+# in a convolution here, in practice ~sqrt(K)*u: rounding errors cancel);
+# Winograd's transforms (entries up to 8 in B and A) scale that by ~100, as
+# its float32 error of a few 1e-6 (winograd.py) is ~50 float32 roundoffs. So
+# every convolution is within ~1e-14 relative, and three SGD steps chain a
+# few tens of such errors into the updates: ~1e-13, and a few times more
+# where a sum cancels (batch norm's gamma gradient). Measured over this file:
+# up to 2.6e-13 for a gamma, 7.8e-14 for everything else. A ReLU or max-pool
+# flip (a jump of the size of an activation) is far above 1e-12; the planted
+# faults of the module docstring showed up at 1e-11 and more.
 FLOAT64_RTOL = 1e-12
 # float32 (u = 6e-8), one step: the same chain of <= 14 convolutions forward and
 # back at Winograd's few 1e-6 each gives a few 1e-5 in a norm of the updates
-# (measured up to 3e-5: cifar10's batch-norm gamma); 1e-4 is that bound.
+# (measured: up to 3.2e-5 for cifar10's batch-norm gamma, 9.7e-6 elsewhere).
 FLOAT32_RTOL = 1e-4
 
 
