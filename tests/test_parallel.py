@@ -91,6 +91,28 @@ def test_more_towers_than_examples_leaves_empty_shards_harmless():
     assert relative_difference(params, reference) <= 1e-5
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_each_tower_weighs_its_shard_by_its_exact_fraction(dtype):
+    """The global loss over 3 towers on 7 examples (shards 3, 2, 2) is the mean
+    of the 7 per-example losses, to the loss dtype's rounding: each tower's
+    weight n_i / 7 is made in that dtype (a float32 weight cast to float64 is
+    ~1e-8 off, and float64 towers drifted that far from one device)."""
+    values = tf.placeholder(dtype, [None])
+    strategy = tf.parallel.DataParallel(["/cpu:0", "/cpu:1", "/cpu:2"])
+
+    def mean_loss(shard):
+        return tf.reduce_mean(shard * tf.Variable(tf.ones([], dtype)))
+    step = strategy.minimize(mean_loss, values, tf.train.GradientDescentOptimizer(0.0))
+    examples = np.random.default_rng(3).uniform(1, 2, 7).astype(dtype.as_numpy_dtype)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        loss = sess.run(step.loss, {values: examples})
+    assert loss.dtype == dtype.as_numpy_dtype
+    # a few roundings of the loss dtype (3 means, 3 weights, 2 adds), not float32's
+    roundoff = np.finfo(dtype.as_numpy_dtype).eps
+    assert abs(loss - examples.astype(np.float64).mean()) <= 8 * roundoff * loss
+
+
 def test_same_seed_gives_bit_identical_runs_and_cpu_local_agree():
     first = train(3, 10)
     again = train(3, 10)

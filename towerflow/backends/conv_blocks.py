@@ -7,13 +7,16 @@ these where native.float_arrays accepts the arrays (C-contiguous float32 or
 float64 NumPy arrays).
 """
 
+import os
+
 import numpy as np
 
 from . import native, winograd
 from .cpu_threads import split
 
-
-# Bytes of im2col patches per cache block (about an L2 cache).
+# Bytes of im2col patches per cache block (about an L2 cache), unless
+# TOWERFLOW_CACHE_BLOCK_BYTES says otherwise (0: no blocks, each thread's
+# part in one piece; read per call, so tests can switch it).
 _CACHE_BLOCK_BYTES = 1 << 20
 
 
@@ -162,13 +165,35 @@ def _matmul(xp, a, b, out):
 
 
 def _images_per_cache_block(bytes_per_image):
-    """Images whose patches (or patch gradient) fill about _CACHE_BLOCK_BYTES."""
-    return max(1, _CACHE_BLOCK_BYTES // max(bytes_per_image, 1))
+    """Images whose patches (or patch gradient) fill about the cache block's
+    bytes (see _CACHE_BLOCK_BYTES); with blocks off, any number."""
+    block_bytes = _cache_block_bytes()
+    if block_bytes == 0:
+        return 1 << 62
+    return max(1, block_bytes // max(bytes_per_image, 1))
+
+
+def _cache_block_bytes():
+    setting = os.environ.get("TOWERFLOW_CACHE_BLOCK_BYTES", "")
+    try:
+        block_bytes = int(setting) if setting else _CACHE_BLOCK_BYTES
+    except ValueError:
+        block_bytes = -1
+    if block_bytes < 0:
+        raise ValueError(f"TOWERFLOW_CACHE_BLOCK_BYTES must be a number of bytes >= 0 "
+                         f"(0: no cache blocks); got {setting!r}")
+    return block_bytes
 
 
 def _cache_blocks(first, last, per_block):
     """(start, stop) of the blocks of ``per_block`` images in [first, last)."""
-    return ((start, min(start + per_block, last)) for start in range(first, last, per_block))
+    if last - first <= per_block:
+        return ((first, last),) if last > first else ()
+    return _several_blocks(first, last, per_block)
+
+
+def _several_blocks(first, last, per_block):
+    return [(start, min(start + per_block, last)) for start in range(first, last, per_block)]
 
 
 def _compiled(done, kernel, dtype):

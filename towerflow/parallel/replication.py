@@ -22,6 +22,7 @@ training on the whole batch.
 import collections
 import contextlib
 
+from .. import dtypes
 from ..graph import core
 from ..graph.core import GraphKeys
 from ..ops import array_ops, math_ops, variable_scope
@@ -90,7 +91,7 @@ class DataParallel:
         before = {key: set(map(id, graph.get_collection(key))) for key in _WATCHED}
         shard_index = self.rank * self.num_towers + index
         shards = [sharding.shard(tensor, self.num_shards, shard_index) for tensor in flat_inputs]
-        fraction = sharding.shard_fraction(flat_inputs[0], self.num_shards, shard_index)
+        fraction = _ShardFraction(flat_inputs[0], self.num_shards, shard_index)
         with graph.device(self.devices[index]), \
                 graph.name_scope(f"tower_{index}") as tower_scope, \
                 _tower_variable_scope(tower_scope), _tower_index(graph, index):
@@ -132,7 +133,7 @@ class DataParallel:
                         _gradients(optimizer.get_scaled_loss(tower.loss), variables))
                 else:
                     grads = _gradients(tower.loss, variables)
-                weighted.append([sharding.scale_or_zero(grad, tower.fraction) for grad in grads])
+                weighted.append([tower.fraction.weigh(grad) for grad in grads])
         plan = buckets.plan_buckets(weighted[0], self.bucket_bytes)
         packed = [self._pack(graph, grads, plan, rank) for rank, grads in enumerate(weighted)]
         summed = self.communicator.all_reduce(packed, self.devices, graph)
@@ -158,8 +159,8 @@ class DataParallel:
         with graph.device(device), graph.name_scope("global"):
             names = ["loss"] + sorted(towers[0].metrics)
             values = {name: math_ops.add_n(
-                [sharding.scale_or_zero(t.loss if name == "loss" else t.metrics[name],
-                                        t.fraction) for t in towers], name=name)
+                [t.fraction.weigh(t.loss if name == "loss" else t.metrics[name])
+                 for t in towers], name=name)
                 for name in names}
             if self.num_ranks > 1:
                 values = {name: mpi.all_reduce_op(value, self.timeout, name=f"{name}_sum")
@@ -208,6 +209,31 @@ class _Tower:
         self.index, self.loss, self.metrics = index, loss, metrics
         self.fraction, self.variables = fraction, variables
         self.statistics, self.update_ops = statistics, update_ops
+
+
+class _ShardFraction:
+    """A tower's weight n_i / B, made in each dtype it weighs (one op per dtype).
+
+    NOTE: made in the weighed tensor's own dtype, never cast: a float32
+    fraction such as 1/3 cast to float64 is 1e-8 (relative) off, and float64
+    towers drifted that far from one device on the same batch."""
+
+    def __init__(self, batch_input, num_shards, shard_index):
+        self.batch_input, self.num_shards, self.shard_index = \
+            batch_input, num_shards, shard_index
+        self.by_dtype = {}
+
+    def weigh(self, tensor):
+        """``tensor * n_i / B``, exactly zero for an empty shard."""
+        dtype = tensor.dtype.base_dtype
+        if dtype not in (dtypes.float32, dtypes.float64):
+            dtype = dtypes.float32      # cast by scale_or_zero (bfloat16, say)
+        if dtype not in self.by_dtype:
+            # beside the batch input, named at the root: not part of any tower
+            with tensor.graph.name_scope(None), tensor.graph.control_dependencies(None):
+                self.by_dtype[dtype] = sharding.shard_fraction(
+                    self.batch_input, self.num_shards, self.shard_index, dtype=dtype)
+        return sharding.scale_or_zero(tensor, self.by_dtype[dtype])
 
 
 def default_devices():

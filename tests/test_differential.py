@@ -1,0 +1,399 @@
+"""The float64 differential suite: every fast path (towerflow/fast_paths.py)
+against the plain path, on whole networks trained a few steps.
+
+Each network trains with all fast paths off (the plain path: NumPy kernels
+only, one thread), all on, and all on but one; towers on /cpu:0../cpu:3
+train like one device on the same global batch; batch sizes cross every
+cache-block and thread-part boundary. In float64 the paths may differ only
+by rounding, far below where a ReLU or a max-pool tie could flip, so the
+trained parameters agree to ~1e-12; in float32 single steps are compared.
+Probes count calls into each fast path, so a switch that silently does
+nothing fails too.
+
+Planted faults this suite caught (each reverted): the Winograd output
+transform scaling a ragged last tile's last column by 1 + 1e-9, a cache
+block losing its last image, a thread part's filter-gradient sum dropped,
+the fused conv's bias added in the first block only, one tower's weight
+1e-6 off, the GPU's fused batch norm + ReLU offset 1e-9 off, switches that
+do nothing (Winograd's, the thread pool's, the cache blocks', CUDA graphs');
+and one real fault: float64 towers weighed by float32 shard fractions,
+~1e-8 off one device (fixed in parallel/replication.py).
+"""
+
+import collections
+import os
+
+import numpy as np
+import pytest
+from conftest import split_cpu
+
+import towerflow as tf
+from towerflow import fast_paths
+from towerflow.backends import conv_blocks, cpu_threads, native
+from towerflow.recipes.cifar10 import RECIPE
+
+pytestmark = pytest.mark.differential
+
+CLASSES = 10
+STEPS = 3
+
+# Tolerances. float64's unit roundoff is u = 1.1e-16. Two paths that add the
+# same products in another order (cache blocks, thread parts, GEMM shapes)
+# differ by at most ~K*u relative per sum of K terms (K up to 3*3*128 = 1152
+# in a convolution here, in practice ~sqrt(K)*u: rounding errors cancel);
+# Winograd's transforms (entries up to 8 in B and A) scale that by ~100, as
+# its float32 error of a few 1e-6 (winograd.py) is ~50 float32 roundoffs. So
+# every convolution is within ~1e-14 relative, and three SGD steps chain a
+# few tens of such errors into the updates: ~1e-13, and a few times more
+# where a sum cancels (batch norm's gamma gradient). Measured over this file:
+# up to 2.6e-13 for a gamma, 7.8e-14 for everything else. A ReLU or max-pool
+# flip (a jump of the size of an activation) is far above 1e-12; the planted
+# faults of the module docstring showed up at 1e-11 and more.
+FLOAT64_RTOL = 1e-12
+# float32 (u = 6e-8), one step: the same chain of <= 14 convolutions forward and
+# back at Winograd's few 1e-6 each gives a few 1e-5 in a norm of the updates
+# (measured: up to 3.2e-5 for cifar10's batch-norm gamma, 9.7e-6 elsewhere).
+FLOAT32_RTOL = 1e-4
+
+
+# -- networks ------------------------------------------------------------------------
+
+
+def _weight(rng, shape, dtype):
+    fan_in = int(np.prod(shape[:-1]))
+    return tf.Variable(rng.standard_normal(shape) / np.sqrt(fan_in), dtype=dtype)
+
+
+def _conv(x, rng, out_channels, size=3, stride=1, padding="SAME", bias=False, relu=False):
+    in_channels = x.shape.dims[-1]
+    dtype = x.dtype.base_dtype
+    w = _weight(rng, [size, size, in_channels, out_channels], dtype)
+    y = tf.nn.conv2d(x, w, [1, stride, stride, 1], padding)
+    if bias:
+        y = tf.nn.bias_add(y, tf.Variable(rng.standard_normal(out_channels) * 0.1,
+                                          dtype=dtype))
+    return tf.nn.relu(y) if relu else y
+
+
+def _dense(x, rng):
+    return tf.matmul(x, _weight(rng, [x.shape.dims[-1], CLASSES], x.dtype.base_dtype))
+
+
+def thresholds_stack(x, rng):
+    """14x14x3 in: input channels 3, 15 (< winograd.MIN_CHANNELS), 16, 17,
+    24; Winograd outputs 12 (whole tiles) and 6 (a ragged tile), 3 (< a
+    tile: im2col); stride 2; SAME and VALID; bias + ReLU (+ a 2x2 max pool:
+    the fused chain); no batch norm, so towers equal one device."""
+    x = _conv(x, rng, 15, bias=True, relu=True)
+    x = _conv(x, rng, 16, bias=True, relu=True)
+    x = _conv(x, rng, 17, padding="VALID", bias=True, relu=True)              # 12x12
+    x = tf.nn.max_pool(x, [1, 2, 2, 1], [1, 2, 2, 1], "VALID")               # 6x6
+    x = _conv(x, rng, 24, bias=True, relu=True)
+    x = _conv(x, rng, 24, stride=2, relu=True)                               # 3x3
+    x = _conv(x, rng, 24, bias=True)
+    return _dense(tf.reduce_mean(x, axis=[1, 2]), rng)
+
+
+def residual_stack(x, rng):
+    """12x12x3 in: a 5x5 stem, batch norm, residual adds around Winograd
+    convolutions (12x12 and a ragged 5x5), a stride-2 VALID convolution, a
+    3x3 stride-2 SAME max pool (not tiled: the NumPy pool), a 1x1 shortcut."""
+    def bn(y):
+        return tf.layers.batch_normalization(y, training=True, momentum=0.9)
+
+    x = tf.nn.relu(bn(_conv(x, rng, 16, size=5)))
+    y = tf.nn.relu(bn(_conv(x, rng, 16)))
+    x = tf.nn.relu(x + bn(_conv(y, rng, 16)))
+    x = _conv(x, rng, 32, stride=2, padding="VALID", bias=True, relu=True)   # 5x5
+    x = x + _conv(tf.nn.relu(bn(_conv(x, rng, 32))), rng, 32, bias=True)
+    x = tf.nn.max_pool(x, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")                # 3x3
+    x = tf.nn.relu(x + _conv(x, rng, 32, size=1))
+    return _dense(tf.reduce_max(x, axis=[1, 2]), rng)
+
+
+def cifar10_network(x, rng):
+    """The cifar10 recipe's logits (batch norm, residual adds, global max pool)
+    at 20x20: 20, 10, 5 (a ragged Winograd tile) and 2 (im2col) pixels."""
+    del rng    # the recipe's layers draw from the graph seed
+    return RECIPE.logits(x, training=True)
+
+
+NETWORKS = {"thresholds": (thresholds_stack, 14), "residual": (residual_stack, 12),
+            "cifar10": (cifar10_network, 20)}
+
+
+# -- training ------------------------------------------------------------------------
+
+
+def batches(batch, size, dtype, steps=STEPS, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((batch, size, size, 3)).astype(dtype),
+             rng.integers(0, CLASSES, batch)) for _ in range(steps)]
+
+
+def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:0"):
+    """{variable name: (initial, trained)} after ``steps`` of SGD on ``network``
+    (one ``device``; or ``towers`` towers on /cpu:0..)."""
+    build, size = NETWORKS[network]
+    tf.reset_default_graph()
+    tf.set_random_seed(7)
+    images = tf.placeholder(dtype, [None, size, size, 3])
+    labels = tf.placeholder(tf.int64, [None])
+
+    def model(inputs):
+        x, y = inputs
+        logits = build(x, np.random.default_rng(1))
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=logits))
+    optimizer = tf.train.GradientDescentOptimizer(0.1)
+    if towers:
+        strategy = tf.parallel.DataParallel([f"/cpu:{i}" for i in range(towers)],
+                                            all_reduce="cpu")
+        step = strategy.minimize(model, (images, labels), optimizer)
+        train_op, variables = step.train_op, step.replicas[0]
+    else:
+        with tf.device(device):
+            loss = model((images, labels))
+            with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+                train_op = optimizer.minimize(loss)
+        variables = tf.global_variables()
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        initial = sess.run(variables)
+        for x, y in batches(batch, size, dtype, steps):
+            sess.run(train_op, {images: x, labels: y})
+        trained = sess.run(variables)
+    names = [var.op.name.split("/", 1)[-1] if towers else var.op.name for var in variables]
+    return {name: (start, end) for name, start, end in zip(names, initial, trained)}
+
+
+def assert_same_training(result, expected, rtol, norm=False):
+    """Each variable's change in training within ``rtol`` of the largest
+    change of that variable (the changes, not the values: an error in the
+    updates is not hidden by the size of the initial weights); with ``norm``,
+    the changes' Euclidean norms instead of their largest entries."""
+    assert result.keys() == expected.keys()
+    size = np.linalg.norm if norm else lambda array: np.max(np.abs(array))
+    for name, (start, end) in expected.items():
+        np.testing.assert_array_equal(result[name][0], start, err_msg=name)
+        change, other = end - start, result[name][1] - result[name][0]
+        scale = size(change)
+        assert scale > 0, f"{name} did not train"
+        error = size(other - change) / scale
+        assert error <= rtol, f"{name}: updates differ by {error:.2e} (relative), " \
+                              f"more than {rtol:.0e}"
+
+
+# -- switches and probes -------------------------------------------------------------
+
+
+@pytest.fixture
+def splits_small_work(monkeypatch):
+    """The CPU pool splits even these small networks' work into parts, so
+    thread-part boundaries fall inside small batches (as the `pool` fixture)."""
+    for name in ("MIN_PARALLEL_ELEMENTS", "MIN_PARALLEL_FLOPS", "MIN_SPLIT_ROWS",
+                 "MIN_PART_FLOPS"):
+        monkeypatch.setattr(cpu_threads, name, 1)
+    from towerflow.backends import numpy_backend
+    if numpy_backend.CPU_POOL.workers < 2:
+        pytest.skip("the CPU pool has one thread (one CPU or TOWERFLOW_CPU_THREADS=1)")
+
+
+@pytest.fixture
+def probes(monkeypatch, splits_small_work):
+    """{fast path name: calls} counted through each FastPath's probe."""
+    if not native.available():
+        pytest.skip("the compiled kernels are not built (or TOWERFLOW_NATIVE=0)")
+    calls = collections.Counter()
+    for path in fast_paths.FAST_PATHS:
+        owner, attribute = fast_paths.probe_target(path)
+        monkeypatch.setattr(owner, attribute, _counted(getattr(owner, attribute), path.name,
+                                                       calls))
+    return calls
+
+
+def _counted(function, name, calls):
+    def probe(*args, **kwargs):
+        calls[name] += 1
+        return function(*args, **kwargs)
+    return probe
+
+
+CPU_PATHS, GPU_PATHS = fast_paths.on_device("CPU"), fast_paths.on_device("GPU")
+ALL = tuple(path.name for path in CPU_PATHS)      # all off: the CPU's plain path
+# What each fast path needs on to run at all (Winograd and cache blocks are
+# compiled kernels' paths).
+NEEDS = {"winograd": {"native"}, "cache_blocks": {"native"}}
+
+
+def run_switched(probes, off, *args, **kwargs):
+    """train(*args) with the fast paths named in ``off`` off (the others on);
+    checks through the probes that each ran exactly when it was on."""
+    probes.clear()
+    off_paths = [path for path in fast_paths.FAST_PATHS if path.name in off]
+    on_paths = [path for path in fast_paths.FAST_PATHS if path.name not in off]
+    with fast_paths.switched(on_paths, on=True), fast_paths.switched(off_paths, on=False):
+        result = train(*args, **kwargs)
+    for path in fast_paths.FAST_PATHS:
+        if path.name in off or NEEDS.get(path.name, set()) & set(off):
+            assert probes[path.name] == 0, f"{path.name} ran with {off} off"
+    return result
+
+
+def assert_ran(probes, off, paths=CPU_PATHS):
+    for path in paths:
+        if path.name not in off and not NEEDS.get(path.name, set()) & set(off):
+            assert probes[path.name] > 0, f"{path.name} never ran with {path.variable} on"
+
+
+# -- the suite -----------------------------------------------------------------------
+
+
+# A batch per network whose 4 thread parts each span more than one cache block.
+CROSSING_BATCH = {"thresholds": 29, "residual": 53, "cifar10": 29}
+
+
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+def test_each_fast_path_trains_like_the_plain_path(probes, network):
+    batch = CROSSING_BATCH[network]
+    plain = run_switched(probes, ALL, network, batch)
+    for off in [()] + [(name,) for name in ALL]:
+        result = run_switched(probes, off, network, batch)
+        assert_ran(probes, off)
+        assert_same_training(result, plain, FLOAT64_RTOL)
+
+
+@pytest.mark.parametrize("network", ["cifar10", "residual"])
+def test_gpu_fast_paths_train_like_the_cpu_plain_path(gpu_backend, probes, network):
+    """The GPU backend (the simulated GPU without one) in float64, its fast paths
+    (fused batch norm + ReLU, CUDA graphs) on and each off, against the CPU's
+    plain path: the GPU kernels meet the same 1e-12."""
+    plain = run_switched(probes, ALL, network, 9)
+    for off in [()] + [(path.name,) for path in GPU_PATHS]:
+        result = run_switched(probes, off, network, 9, device="/gpu:0")
+        assert_ran(probes, off, GPU_PATHS)
+        assert_same_training(result, plain, FLOAT64_RTOL)
+
+
+# Batch sizes that cross every block boundary. A convolution splits its batch
+# into min(N, 4) thread parts (2 threads x 2 parts each, see cpu_threads.py:
+# the splits_small_work fixture lowers the size thresholds), or one part with
+# the thread pool off, as cpu_threads.split(N, parts) does; each part runs in
+# cache blocks of p images, p per layer (conv_blocks._images_per_cache_block:
+# 1 MiB / bytes of one image's patches or Winograd tiles): in float64 here p
+# is 2, 4, 6, 7, 12, 14, 22, 24, 28, 36 or 67. Each p is crossed by a part
+# of more than p images that ends in a ragged block (N % p != 0) and, where
+# 2p <= 70, by one of whole blocks only; 1, 2, 3 and 5 give fewer images than
+# parts and uneven parts. The list was chosen greedily from these rules;
+# test_batch_sizes_cross_every_boundary recomputes p and checks it.
+BATCH_SIZES = (1, 2, 3, 5, 44, 48, 56, 70)
+
+
+@pytest.mark.parametrize("batch", BATCH_SIZES)
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+def test_batch_sizes_train_like_the_plain_path(probes, network, batch):
+    plain = run_switched(probes, ALL, network, batch, steps=2)
+    for off in [(), ("cpu_threads",)]:
+        assert_same_training(run_switched(probes, off, network, batch, steps=2), plain,
+                             FLOAT64_RTOL)
+
+
+def test_batch_sizes_cross_every_boundary(monkeypatch, splits_small_work):
+    images_per_block = set()
+    original = conv_blocks._images_per_cache_block
+
+    def recorded(bytes_per_image):
+        per_block = original(bytes_per_image)
+        images_per_block.add(per_block)
+        return per_block
+    monkeypatch.setattr(conv_blocks, "_images_per_cache_block", recorded)
+    with fast_paths.switched(fast_paths.FAST_PATHS, on=True):
+        for network in NETWORKS:
+            train(network, 1, steps=1)
+    assert images_per_block, "no convolution ran in cache blocks"
+    for per_block in sorted(images_per_block):
+        kinds = {kind for batch in BATCH_SIZES for kind in _blocks_crossed(batch, per_block)}
+        wanted = {"ragged", "whole"} if 2 * per_block <= max(BATCH_SIZES) else {"ragged"}
+        assert wanted <= kinds, f"no batch size crosses the blocks of {per_block} images " \
+                                f"({wanted - kinds}); add one to BATCH_SIZES"
+
+
+def _blocks_crossed(batch, per_block):
+    """How the parts of ``batch`` images (4 thread parts, or 1) cross blocks of
+    ``per_block`` images: "ragged" (the last block shorter) or "whole"."""
+    for parts in (min(batch, 4), 1):
+        for start, stop in cpu_threads.split(batch, parts):
+            if stop - start > per_block:
+                yield "ragged" if (stop - start) % per_block else "whole"
+
+
+@pytest.mark.parametrize("towers", [1, 2, 3, 4])
+@pytest.mark.parametrize("batch", [3, 7, 29, 70])
+def test_towers_train_like_one_device(probes, towers, batch):
+    """Towers on /cpu:0.. on a global batch (ragged shards, an empty one at
+    batch 3 on 4 towers) equal one device on it. The thresholds stack has no
+    batch norm, whose statistics are per tower."""
+    split_cpu()
+    one_device = run_switched(probes, (), "thresholds", batch)
+    result = run_switched(probes, (), "thresholds", batch, towers=towers)
+    assert_same_training(result, one_device, FLOAT64_RTOL)
+
+
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+def test_float32_single_steps_match_the_plain_path(probes, monkeypatch, network):
+    """One step each at batch 5, all fast paths on, then the thread pool off
+    (one part of 5 images: with 128 KiB blocks it crosses a block boundary).
+    Small on purpose: in float32 a ReLU or max-pool near tie flips with a
+    chance that grows with the activations' count, even in one step."""
+    monkeypatch.setattr(conv_blocks, "_CACHE_BLOCK_BYTES", 1 << 17)
+    batch, ran = 5, collections.Counter()
+    plain = run_switched(probes, ALL, network, batch, dtype=np.float32, steps=1)
+    for off in [(), ("cpu_threads",)]:
+        result = run_switched(probes, off, network, batch, dtype=np.float32, steps=1)
+        ran.update(probes)
+        assert_same_training(result, plain, FLOAT32_RTOL, norm=True)
+    assert_ran(ran, ())
+
+
+# -- the registry ----------------------------------------------------------------------
+
+
+def test_switched_sets_each_variable_and_restores_it(monkeypatch):
+    from towerflow.backends import numpy_backend
+    monkeypatch.setenv("TOWERFLOW_WINOGRAD", "1")
+    monkeypatch.delenv("TOWERFLOW_CACHE_BLOCK_BYTES", raising=False)
+    workers = numpy_backend.CPU_POOL.workers
+    with fast_paths.switched(fast_paths.FAST_PATHS, on=False):
+        assert {path.variable: os.environ[path.variable] for path in fast_paths.FAST_PATHS} \
+            == {path.variable: path.off for path in fast_paths.FAST_PATHS}
+        assert numpy_backend.CPU_POOL.workers == 1
+    assert os.environ["TOWERFLOW_WINOGRAD"] == "1"
+    assert "TOWERFLOW_CACHE_BLOCK_BYTES" not in os.environ
+    assert numpy_backend.CPU_POOL.workers == workers
+
+
+def test_an_unknown_fast_path_is_refused_with_the_names():
+    with pytest.raises(ValueError, match=r"no fast path named 'wino'.*'winograd'"):
+        fast_paths.by_name("wino")
+
+
+def test_a_cache_block_size_must_be_a_number_of_bytes(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_CACHE_BLOCK_BYTES", "1MB")
+    with pytest.raises(ValueError, match=r"TOWERFLOW_CACHE_BLOCK_BYTES must be a number "
+                                         r"of bytes >= 0 .*got '1MB'"):
+        conv_blocks._images_per_cache_block(1000)
+
+
+def test_cache_block_bytes_set_the_images_per_block(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_CACHE_BLOCK_BYTES", str(10_000))
+    assert conv_blocks._images_per_cache_block(1000) == 10
+    assert conv_blocks._images_per_cache_block(20_000) == 1
+    monkeypatch.setenv("TOWERFLOW_CACHE_BLOCK_BYTES", "0")     # no blocks: all at once
+    assert conv_blocks._images_per_cache_block(1000) >= 1 << 40
+
+
+def test_cpu_threads_variable_sizes_the_pool(monkeypatch):
+    monkeypatch.setenv("TOWERFLOW_CPU_THREADS", "1")       # the switch's "off"
+    assert cpu_threads.cpu_pool().workers == 1
+    monkeypatch.setenv("TOWERFLOW_CPU_THREADS", "3")
+    assert cpu_threads.cpu_pool().workers == 3

@@ -1,0 +1,151 @@
+"""The fast paths and their switches, in one registry.
+
+Every fast path computes what the plain path computes, up to rounding, and
+has an environment variable that turns it off (to compare, or to rule it
+out). tests/test_differential.py reads :data:`FAST_PATHS`: it trains whole
+networks in float64 with each switch on and off, and with all of them off
+(the plain path), and compares the parameters; it also checks, through each
+entry's ``probe``, that the fast path really ran when on and not when off::
+
+    with fast_paths.switched(fast_paths.FAST_PATHS, on=False):
+        ...                               # the plain path: NumPy kernels only
+
+Adding a fast path is one entry in FAST_PATHS: its name, the environment
+variable, the values that turn it on and off, one line saying what it does,
+and a probe (``"module:attribute"``, a function only the fast path calls).
+A switch read once at import (not per kernel call or per plan) also needs
+``live``: a function ``live(on)`` that sets the running process's state and
+returns a function that restores it.
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class FastPath:
+    """One fast path's switch (see the module docstring)."""
+
+    name: str
+    variable: str
+    on: str | None             # None: the variable unset (the default)
+    off: str
+    description: str
+    probe: str                 # "module:attr.attr": called only on the fast path
+    devices: tuple = ("CPU",)  # the device types it runs on
+    live: Callable[[bool], Callable[[], None]] | None = None
+
+
+def _cpu_pool_workers(on):
+    """TOWERFLOW_CPU_THREADS is read when the NumPy backend's pool is made (at
+    import): off makes that pool serial; on keeps its own thread count."""
+    from .backends import numpy_backend
+    pool, saved = numpy_backend.CPU_POOL, numpy_backend.CPU_POOL.workers
+    # NOTE: only ever lowered: a pool started with k threads can't serve more.
+    pool.workers = saved if on else 1
+
+    def restore():
+        pool.workers = saved
+    return restore
+
+
+FAST_PATHS = (
+    FastPath("native", "TOWERFLOW_NATIVE", "1", "0",
+             "compiled window kernels (_native.c): im2col, col2im, max pool, Winograd",
+             "towerflow.backends.native:_compiled.im2col"),
+    FastPath("winograd", "TOWERFLOW_WINOGRAD", "1", "0",
+             "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 channels",
+             "towerflow.backends.winograd:WinogradConv.__call__"),
+    FastPath("fusion", "TOWERFLOW_FUSION", "1", "0",
+             "fused kernel chains: conv + bias (+ ReLU (+ max pool)), pool grad + ReLU "
+             "grad; on GPUs batch norm + ReLU and its gradient",
+             "towerflow.fusion:FusedOp.__init__", devices=("CPU", "GPU")),
+    FastPath("cpu_threads", "TOWERFLOW_CPU_THREADS", None, "1",
+             "the CPU thread pool: convolutions, GEMMs and big elementwise ops in parts",
+             "towerflow.backends.cpu_threads:WorkerPool._run", live=_cpu_pool_workers),
+    FastPath("cache_blocks", "TOWERFLOW_CACHE_BLOCK_BYTES", None, "0",
+             "convolutions in blocks of images whose patches fit in a core's cache",
+             "towerflow.backends.conv_blocks:_several_blocks"),
+    FastPath("cuda_graphs", "TOWERFLOW_CUDA_GRAPHS", "1", "0",
+             "a GPU plan's steps captured once as CUDA graphs, then replayed",
+             "towerflow.plan_capture:_CapturedStep.replay", devices=("GPU",)),
+)
+
+
+def on_device(device_type):
+    """The fast paths that run on devices of ``device_type`` ('CPU' or 'GPU').
+
+    Example::
+
+        >>> [path.name for path in on_device("GPU")]
+        ['fusion', 'cuda_graphs']
+    """
+    return tuple(path for path in FAST_PATHS if device_type in path.devices)
+
+
+def by_name(name):
+    """The FastPath called ``name``.
+
+    Example::
+
+        >>> by_name("winograd").variable
+        'TOWERFLOW_WINOGRAD'
+    """
+    for path in FAST_PATHS:
+        if path.name == name:
+            return path
+    raise ValueError(f"no fast path named {name!r}; the fast paths are "
+                     f"{[path.name for path in FAST_PATHS]}")
+
+
+@contextlib.contextmanager
+def switched(paths, on):
+    """Within the block, each of ``paths`` (FastPaths) on or off: its variable
+    set (or unset), and its ``live`` state too; both restored after.
+
+    Example::
+
+        >>> with switched([by_name("winograd")], on=False):
+        ...     os.environ["TOWERFLOW_WINOGRAD"]
+        '0'
+    """
+    saved = {path.variable: os.environ.get(path.variable) for path in paths}
+    restores = []
+    try:
+        for path in paths:
+            _set_variable(path.variable, path.on if on else path.off)
+            if path.live is not None:
+                restores.append(path.live(on))
+        yield
+    finally:
+        for restore in reversed(restores):
+            restore()
+        for variable, value in saved.items():
+            _set_variable(variable, value)
+
+
+def probe_target(path):
+    """(object, attribute name) of ``path.probe``, to wrap and count calls.
+
+    Example::
+
+        >>> owner, name = probe_target(by_name("winograd"))
+        >>> owner.__name__, name
+        ('WinogradConv', '__call__')
+    """
+    module_name, attributes = path.probe.split(":")
+    owner = importlib.import_module(module_name)
+    *parents, attribute = attributes.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    return owner, attribute
+
+
+def _set_variable(variable, value):
+    if value is None:
+        os.environ.pop(variable, None)
+    else:
+        os.environ[variable] = value
