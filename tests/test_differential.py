@@ -280,13 +280,13 @@ def test_gpu_fast_paths_train_like_the_cpu_plain_path(gpu_backend, probes, netwo
 # the splits_small_work fixture lowers the size thresholds), or one part with
 # the thread pool off, as cpu_threads.split(N, parts) does; each part runs in
 # cache blocks of p images, p per layer (conv_blocks._images_per_cache_block:
-# 1 MiB / bytes of one image's patches or Winograd tiles): in float64 here p
-# is 2, 4, 6, 7, 12, 14, 22, 24, 28, 36 or 67. Each p is crossed by a part
+# 1 MiB / bytes of one image's patches, Winograd tiles or gradient tiles): in
+# float64 here p is 2, 4, 6, 7, 12, 14, 22, 23, 24, 25, 28, 36, 37 or 67. Each p is crossed by a part
 # of more than p images that ends in a ragged block (N % p != 0) and, where
 # 2p <= 70, by one of whole blocks only; 1, 2, 3 and 5 give fewer images than
 # parts and uneven parts. The list was chosen greedily from these rules;
 # test_batch_sizes_cross_every_boundary recomputes p and checks it.
-BATCH_SIZES = (1, 2, 3, 5, 44, 48, 56, 70)
+BATCH_SIZES = (1, 2, 3, 5, 44, 46, 48, 50, 56, 70)
 
 
 @pytest.mark.parametrize("batch", BATCH_SIZES)

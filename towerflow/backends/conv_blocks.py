@@ -125,11 +125,10 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
     return dx
 
 
-# Bytes of output-gradient tiles per block of the filter gradient: about an L2
-# cache, so that the GEMMs read the tiles their transform just wrote (with
-# the compiled GEMM, 1 MiB blocks took 10-25% less time than 16 MiB ones on
-# the cifar10 network's 32-, 64- and 128-channel layers).
-_GRADIENT_BLOCK_BYTES = 1 << 20
+# The filter gradient's blocks are cache blocks too, so that the GEMMs read the
+# gradient tiles their transform just wrote (with the compiled GEMM, 1 MiB
+# blocks took 10-25% less time than 16 MiB ones on the cifar10 network's 32-,
+# 64- and 128-channel layers).
 
 
 def winograd_filter_gradient(parallel, kept, grad):
@@ -141,7 +140,7 @@ def winograd_filter_gradient(parallel, kept, grad):
     n = grad.shape[0]
     flops = kept.shape[0] * kept.shape[1] * kept.shape[2] * grad.shape[3]
     ranges = split(n, parallel.gemm_parts(n, flops, n * grad.shape[1] * grad.shape[2]))
-    per_block = max(1, _GRADIENT_BLOCK_BYTES // winograd.grad_bytes_per_image(grad))
+    per_block = _images_per_cache_block(winograd.grad_bytes_per_image(grad))
     sums = [None] * len(ranges)
 
     def part(index):
