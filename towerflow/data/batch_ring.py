@@ -67,6 +67,7 @@ class BatchRing:
         self._scratch = None           # (picked, padded, staged), made on first use
         self._lock = threading.Lock()  # one writer of the scratch buffers at a time
         self.buffers_made = 0          # image buffers allocated (the ring's, and spares)
+        self.most_in_use = 0           # the most batches alive at once (one being made)
 
     @property
     def size(self):
@@ -89,6 +90,8 @@ class BatchRing:
     # -- the ring --------------------------------------------------------------------
 
     def _next_slot(self, count):
+        held = sum(slot is not None and _held(slot) for slot in self._slots)
+        self.most_in_use = max(self.most_in_use, held + 1)
         index = self._turn % len(self._slots)
         self._turn += 1
         if self._slots[index] is None or _held(self._slots[index]):
