@@ -109,3 +109,16 @@ def test_batches_are_made_ahead_on_the_prefetch_thread(monkeypatch):
             assert changed.wait_for(lambda: len(made) >= 4, timeout=60)
         next(batches)
     assert set(made) == {THREAD_NAME}
+
+
+def test_the_switch_off_makes_the_same_batches_into_new_arrays(monkeypatch):
+    images, labels = examples(103, (8, 8, 3), np.uint8)
+    with recipe_like(images, labels) as pipeline:
+        assert isinstance(pipeline._ring, BatchRing)
+        in_ring = [(x.copy(), y.copy()) for _ in range(2) for x, y in pipeline.epoch()]
+    monkeypatch.setenv("TOWERFLOW_DATA_RING", "0")
+    with recipe_like(images, labels) as pipeline:
+        assert not isinstance(pipeline._ring, BatchRing)
+        fresh = [batch for _ in range(2) for batch in pipeline.epoch()]
+    assert len(fresh) == 2 * 7
+    np.testing.assert_equal(fresh, in_ring)

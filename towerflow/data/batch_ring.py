@@ -16,8 +16,12 @@ The batches are bit for bit those of ``augment.random_crop``, then
 Reuse is safe: a buffer is written again only when nothing outside the ring
 refers to it (its reference count, views of it included); a caller that keeps
 its batches (``list(pipeline.epoch())``) gets new buffers instead.
+
+``TOWERFLOW_DATA_RING=0`` (read when a Pipeline is made) makes every batch
+with the augment functions instead, into new arrays: the same batches.
 """
 
+import os
 import sys
 import threading
 
@@ -26,7 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import augment
 
-__all__ = ["BatchRing", "ring_size"]
+__all__ = ["BatchRing", "ReferenceBatches", "enabled", "ring_size"]
 
 # Batches alive at once in a training loop besides the prefetch queue's:
 # the one the step uses, the one the loop still holds while it asks for the
@@ -44,6 +48,33 @@ def ring_size(prefetch):
     5
     """
     return max(prefetch, 0) + _IN_FLIGHT
+
+
+def enabled():
+    """Whether pipelines make batches in a ring (TOWERFLOW_DATA_RING, default on)."""
+    return os.environ.get("TOWERFLOW_DATA_RING", "1") != "0"
+
+
+class ReferenceBatches:
+    """``BatchRing``'s interface over the augment functions, each batch a new
+    array: what TOWERFLOW_DATA_RING=0 selects.
+
+    >>> ReferenceBatches(images, labels, 4, True, None).make(indices, rng)
+    """
+
+    def __init__(self, images, labels, crop_padding=0, flip=False, normalization=None):
+        self._images, self._labels = images, labels
+        self._padding, self._flip, self._normalization = crop_padding, flip, normalization
+
+    def make(self, indices, rng):
+        images = self._images[indices]
+        if self._padding:
+            images = augment.random_crop(images, self._padding, rng)
+        if self._flip:
+            images = augment.random_flip_left_right(images, rng)
+        if self._normalization is not None:
+            images = augment.normalize(images, *self._normalization)
+        return images, self._labels[indices]
 
 
 class BatchRing:
@@ -109,6 +140,8 @@ class BatchRing:
 
     def _write_pixels(self, out, indices, rng):
         """The examples' pixels into ``out``, cropped and flipped when asked."""
+        # NOTE: mode="clip", because take's default "raise" copies through a
+        # temporary buffer; the indices come from a permutation, always in range.
         if not (self._padding or self._flip):
             np.take(self._images, indices, axis=0, out=out, mode="clip")
             return

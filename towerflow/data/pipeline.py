@@ -32,7 +32,7 @@ import operator
 
 import numpy as np
 
-from .batch_ring import BatchRing, ring_size
+from . import batch_ring
 from .prefetch import Prefetcher
 
 __all__ = ["Pipeline"]
@@ -86,7 +86,7 @@ class Pipeline:
     prefetch: batches made ahead on a background thread (0: made on demand).
         Batches are made in place into a ring of ``prefetch + 3`` reused buffers
         (towerflow/data/batch_ring.py); a buffer the caller still holds is never
-        written again.
+        written again. TOWERFLOW_DATA_RING=0: new arrays, the same batches.
 
     >>> pipeline = Pipeline(images, labels, batch_size=100, seed=0)
     >>> for batch_images, batch_labels in pipeline.epoch(): ...
@@ -118,13 +118,20 @@ class Pipeline:
         self._normalization = None if mean is None and std is None and scale is None \
             else (mean, std, scale)
         self.prefetch = operator.index(prefetch)
-        self._ring = BatchRing(self._images, self._labels, self.batch_size,
-                               ring_size(self.prefetch), self.crop_padding, self.flip,
-                               self._normalization)
+        self._ring = self._batch_source()
         self._seed = _random_seed() if seed is None else self._check_seed(seed)
         self._epoch, self._position = 0, 0
         self._active = None        # the epoch() iteration in progress, if any
         self._prefetcher = None
+
+    def _batch_source(self):
+        """Where batches are made: a ring of reused buffers, or (TOWERFLOW_DATA_RING=0)
+        the augment functions into new arrays; the same batches either way."""
+        augmentation = (self.crop_padding, self.flip, self._normalization)
+        if not batch_ring.enabled():
+            return batch_ring.ReferenceBatches(self._images, self._labels, *augmentation)
+        return batch_ring.BatchRing(self._images, self._labels, self.batch_size,
+                                    batch_ring.ring_size(self.prefetch), *augmentation)
 
     @staticmethod
     def _check_seed(seed):
