@@ -122,3 +122,25 @@ def test_the_switch_off_makes_the_same_batches_into_new_arrays(monkeypatch):
         fresh = [batch for _ in range(2) for batch in pipeline.epoch()]
     assert len(fresh) == 2 * 7
     np.testing.assert_equal(fresh, in_ring)
+
+
+def test_a_training_run_gets_the_ring_buffers_back(monkeypatch, no_gpu):
+    # fit's loop, its Session and its two towers keep no batch past its step: the
+    # pipeline never needs a buffer beyond its ring of five
+    pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
+    import towerflow as tf
+    from towerflow import training
+    from towerflow.recipes import get
+    pipelines = []
+
+    class RecordedPipeline(Pipeline):
+        def __init__(self, *args, **options):
+            super().__init__(*args, **options)
+            pipelines.append(self)
+    monkeypatch.setattr(training.data_module, "Pipeline", RecordedPipeline)
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    training.fit(get("digits"), ["/cpu:0", "/cpu:1"], batch_size=64, steps=40, quiet=True)
+    ring = pipelines[0]._ring
+    assert ring.size == 5 and ring.buffers_made == 5
