@@ -16,8 +16,16 @@ flip mask explicitly; the ``random_`` forms draw them from ``rng``.
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["crop", "random_crop", "flip_left_right", "random_flip_left_right",
-           "normalize", "normalize_into", "channel_stats", "default_scale"]
+__all__ = [
+    "channel_stats",
+    "crop",
+    "default_scale",
+    "flip_left_right",
+    "normalize",
+    "normalize_into",
+    "random_crop",
+    "random_flip_left_right",
+]
 
 
 def _check_nhwc(images, what):
