@@ -34,7 +34,10 @@ __all__ = ["BatchRing", "ReferenceBatches", "enabled", "ring_size"]
 
 # Batches alive at once in a training loop besides the prefetch queue's:
 # the one the step uses, the one the loop still holds while it asks for the
-# next, and the one being made (see ring_size).
+# next, and the one being made (see ring_size). Measured: in 40 steps of the
+# cifar10 recipe (prefetch 2) at most 4 buffers were in use when a batch
+# was started, and no spare was made; a loop slower than the thread needs
+# all 5 (with 4 it makes spares: tests/test_batch_ring.py).
 _IN_FLIGHT = 3
 
 
