@@ -386,12 +386,14 @@ def test_prefetch_delivers_the_same_batches():
 def test_an_error_in_the_prefetch_thread_reaches_the_caller(monkeypatch):
     calls = []
 
-    def crop_then_fail(images, padding, rng):
+    normalize_into = augment.normalize_into
+
+    def normalize_then_fail(*args):
         calls.append(1)
         if len(calls) == 3:
             raise MemoryError("no room for batch 2")
-        return images
-    monkeypatch.setattr(augment, "random_crop", crop_then_fail)
+        return normalize_into(*args)
+    monkeypatch.setattr(augment, "normalize_into", normalize_then_fail)
     images, labels = examples()
     iterator = augmented(images, labels).epoch()
     next(iterator), next(iterator)

@@ -17,7 +17,7 @@ pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
                                       "(pip install 'towerflow[data]')")
 JSON_KEYS = {"recipe", "devices", "towers", "all_reduce", "steps", "final_loss",
              "train_loss", "train_accuracy", "test_accuracy", "samples_per_sec",
-             "wall_seconds", "precision"}
+             "step_ms", "first_step_seconds", "eval_seconds", "wall_seconds", "precision"}
 
 
 def towers(count):

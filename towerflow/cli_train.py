@@ -125,10 +125,23 @@ def run_train(args):
         print(f"towerflow: {stop}; no checkpoint written", file=sys.stderr)
         return 128 + stop.signum
     if not args.quiet:
-        print(f"{result['recipe']}: test accuracy {result['test_accuracy']:.4f}, "
-              f"{result['samples_per_sec']:.0f} samples/s on {result['towers']} towers "
-              f"({', '.join(result['devices'])}), {result['wall_seconds']:.1f} s")
+        print(summary_line(result))
     return 0
+
+
+def summary_line(result):
+    """The line ``towerflow train`` prints at the end: the figures of --json-out.
+
+    >>> summary_line(result)
+    'cifar10: test accuracy 0.4583, 491 samples/s of training (median step 521 ms) on 1
+    towers (/cpu:0), 37.1 s in all (11.4 s of evaluation)'
+    """
+    step = f" (median step {result['step_ms']:.0f} ms)" if result["step_ms"] else ""
+    return (f"{result['recipe']}: test accuracy {result['test_accuracy']:.4f}, "
+            f"{result['samples_per_sec']:.0f} samples/s of training{step} on "
+            f"{result['towers']} towers ({', '.join(result['devices'])}), "
+            f"{result['wall_seconds']:.1f} s in all ({result['eval_seconds']:.1f} s of "
+            f"evaluation)")
 
 
 def _fit_options(args):

@@ -16,12 +16,11 @@ import errno
 import json
 import os
 import tempfile
-import time
 
 import numpy as np
 
 from . import data as data_module
-from . import curves, mixed_precision, progress, run_control, run_record
+from . import curves, mixed_precision, progress, run_control, run_record, training_rate
 from .api import losses
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
@@ -224,7 +223,8 @@ def _train(sess, model, pipeline, splits, plan):
     recorder = plan.recorder
     step = first_step = int(sess.run(model.global_step))
     traces = StepTraces(*plan.trace, first_step, model.strategy)
-    start, examples, last_loss, test_accuracy = time.perf_counter(), 0, None, None
+    start, last_loss, test_accuracy = training_rate.clock(), None, None
+    steps, evaluation = training_rate.StepClock(), _Evaluation(sess, model, splits.test)
     hook, plan.saved_step = run_control.self_signal_hook(), first_step
     # NOTE: an OSError without a file name (the curve files' disk full, say)
     # names the checkpoint folder, which holds them; one context, not one a step.
@@ -234,35 +234,52 @@ def _train(sess, model, pipeline, splits, plan):
             stop = 0
             with progress.EpochBar(epoch, _epochs(plan, pipeline), pipeline.batches_per_epoch,
                                    plan.quiet) as bar:
+                steps.resume()
                 for images, labels in pipeline.epoch():
                     feed = {model.images: images, model.labels: labels, model.training: True}
                     _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed,
                                                       **traces.run_options(step))
-                    step, examples = step + 1, examples + len(labels)
+                    step += 1
                     means = recorder.add_step(last_loss, accuracy, len(labels))
-                    bar.update(means.loss, means.accuracy,
-                               examples / (time.perf_counter() - start))
+                    steps.step_done(len(labels))
+                    bar.update(means.loss, means.accuracy, steps.running_rate())
                     run_control.maybe_signal_self(hook, step)
                     stop = run_control.agreed_stop(signals, model.strategy)
                     if stop or step >= plan.total:
                         break
                     if plan.clock.due(step, epoch_ended=False):
                         _save(sess, model, pipeline, plan, step)
+                        steps.resume()      # the checkpoint is not training time
             ended = pipeline.epochs_completed > epoch
             if ended or step >= plan.total:      # a run may end mid-epoch (--steps)
-                test_accuracy = evaluate(sess, model, splits.test)
+                test_accuracy = evaluation.run()
                 means = recorder.end_epoch(epoch, ended, test_accuracy)
                 _end_of_epoch(plan, epoch, ended, (means.loss, means.accuracy, test_accuracy))
             if stop or step >= plan.total or plan.clock.due(step, ended):
                 _save(sess, model, pipeline, plan, step)
             if stop:
                 raise run_control.Interrupted(stop, step, epoch + 1, plan.saved_path)
-    wall = time.perf_counter() - start
+    if test_accuracy is None:
+        test_accuracy = evaluation.run()
+    wall = training_rate.clock() - start
     traces.finish()
     return {"steps": step, "final_loss": _float(last_loss), **recorder.summary(),
-            "test_accuracy": _float(test_accuracy if test_accuracy is not None
-                                    else evaluate(sess, model, splits.test)),
-            "samples_per_sec": examples / wall if wall else 0.0, "wall_seconds": wall}
+            "test_accuracy": _float(test_accuracy), **steps.summary(),
+            "eval_seconds": evaluation.seconds, "wall_seconds": wall}
+
+
+class _Evaluation:
+    """``evaluate`` on the test split, timed apart from training."""
+
+    def __init__(self, sess, model, split):
+        self.sess, self.model, self.split, self.seconds = sess, model, split, 0.0
+
+    def run(self):
+        start = training_rate.clock()
+        try:
+            return evaluate(self.sess, self.model, self.split)
+        finally:
+            self.seconds += training_rate.clock() - start
 
 
 def _writing_curve(plan):

@@ -16,8 +16,16 @@ flip mask explicitly; the ``random_`` forms draw them from ``rng``.
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["crop", "random_crop", "flip_left_right", "random_flip_left_right",
-           "normalize", "channel_stats", "default_scale"]
+__all__ = [
+    "channel_stats",
+    "crop",
+    "default_scale",
+    "flip_left_right",
+    "normalize",
+    "normalize_into",
+    "random_crop",
+    "random_flip_left_right",
+]
 
 
 def _check_nhwc(images, what):
@@ -93,6 +101,15 @@ def normalize(images, mean=None, std=None, scale=None):
 
     >>> normalize(uint8_images, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     """
+    return normalize_into(np.empty(images.shape, np.float32), images, mean, std, scale)
+
+
+def normalize_into(out, images, mean=None, std=None, scale=None):
+    """``normalize(images, mean, std, scale)`` written into ``out`` (a C-contiguous
+    float32 array of images' shape), bit for bit; returns ``out``.
+
+    >>> normalize_into(np.empty(batch.shape, np.float32), batch, mean, std)
+    """
     scale = default_scale(images.dtype) if scale is None else scale
     channels = images.shape[-1] if images.ndim > 1 else 1
     try:
@@ -102,14 +119,19 @@ def normalize(images, mean=None, std=None, scale=None):
         raise ValueError(f"mean and std must be scalars or have one value per channel "
                          f"({channels}, the last axis of images {images.shape}); received "
                          f"mean={mean!r}, std={std!r}") from None
-    result = images.astype(np.float32)
+    if out.shape != images.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"normalize_into needs a C-contiguous float32 out of shape "
+                         f"{images.shape}; got {out.dtype} {out.shape}")
     # NOTE: a broadcast over a last axis of 3 runs NumPy's inner loop 3 elements at
     # a time; rows of width*channels make it several times faster.
     repeats = images.shape[-2] if images.ndim > 2 else 1
-    rows = result.reshape(-1, repeats * channels)
-    rows *= np.tile(scale / std, repeats).astype(np.float32)
+    rows = out.reshape(-1, repeats * channels)
+    factors = np.tile(scale / std, repeats).astype(np.float32)
+    # dtype=float32: the pixels are cast first, as images.astype(np.float32) would be
+    np.multiply(images.reshape(rows.shape), factors, out=rows, dtype=np.float32,
+                casting="unsafe")
     rows += np.tile(-mean / std, repeats).astype(np.float32)
-    return result
+    return out
 
 
 def channel_stats(images, scale=None, chunk=4096):

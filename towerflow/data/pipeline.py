@@ -32,7 +32,7 @@ import operator
 
 import numpy as np
 
-from . import augment
+from . import batch_ring
 from .prefetch import Prefetcher
 
 __all__ = ["Pipeline"]
@@ -52,29 +52,20 @@ def _epoch_order(seed, epoch, count, shuffle):
 
 
 class _BatchMaker:
-    """Makes batch ``index`` of one epoch; holds the arrays and the settings only
-    (never the Pipeline), so the prefetch thread keeps nothing else alive."""
+    """Makes batch ``index`` of one epoch into the pipeline's ring; holds the
+    ring and the settings only (never the Pipeline), so the prefetch thread
+    keeps nothing else alive."""
 
     def __init__(self, pipeline, epoch):
-        self.images, self.labels = pipeline._images, pipeline._labels
+        self.ring = pipeline._ring
         self.order = _epoch_order(pipeline._seed, epoch, pipeline.num_examples,
                                   pipeline.shuffle)
         self.seed, self.epoch, self.batch_size = pipeline._seed, epoch, pipeline.batch_size
-        self.crop_padding, self.flip = pipeline.crop_padding, pipeline.flip
-        self.normalization = pipeline._normalization
 
     def __call__(self, index):
         chosen = self.order[index * self.batch_size:(index + 1) * self.batch_size]
-        images, labels = self.images[chosen], self.labels[chosen]
-        if self.crop_padding or self.flip:
-            rng = np.random.default_rng([self.seed, self.epoch, _AUGMENT_STREAM, index])
-            if self.crop_padding:
-                images = augment.random_crop(images, self.crop_padding, rng)
-            if self.flip:
-                images = augment.random_flip_left_right(images, rng)
-        if self.normalization is not None:
-            images = augment.normalize(images, *self.normalization)
-        return images, labels
+        rng = np.random.default_rng([self.seed, self.epoch, _AUGMENT_STREAM, index])
+        return self.ring.make(chosen, rng)
 
 
 class Pipeline:
@@ -93,6 +84,9 @@ class Pipeline:
         ``scale`` 1/255 for integer pixels and 1 for float ones. When all three
         are None, images keep their dtype.
     prefetch: batches made ahead on a background thread (0: made on demand).
+        Batches are made in place into a ring of ``prefetch + 3`` reused buffers
+        (towerflow/data/batch_ring.py); a buffer the caller still holds is never
+        written again. TOWERFLOW_DATA_RING=0: new arrays, the same batches.
 
     >>> pipeline = Pipeline(images, labels, batch_size=100, seed=0)
     >>> for batch_images, batch_labels in pipeline.epoch(): ...
@@ -124,10 +118,20 @@ class Pipeline:
         self._normalization = None if mean is None and std is None and scale is None \
             else (mean, std, scale)
         self.prefetch = operator.index(prefetch)
+        self._ring = self._batch_source()
         self._seed = _random_seed() if seed is None else self._check_seed(seed)
         self._epoch, self._position = 0, 0
         self._active = None        # the epoch() iteration in progress, if any
         self._prefetcher = None
+
+    def _batch_source(self):
+        """Where batches are made: a ring of reused buffers, or (TOWERFLOW_DATA_RING=0)
+        the augment functions into new arrays; the same batches either way."""
+        augmentation = (self.crop_padding, self.flip, self._normalization)
+        if not batch_ring.enabled():
+            return batch_ring.ReferenceBatches(self._images, self._labels, *augmentation)
+        return batch_ring.BatchRing(self._images, self._labels, self.batch_size,
+                                    batch_ring.ring_size(self.prefetch), *augmentation)
 
     @staticmethod
     def _check_seed(seed):
