@@ -103,12 +103,15 @@ def test_a_signal_mid_epoch_then_resume_is_the_straight_run(tmp_path, straight, 
 
 def test_resume_on_another_tower_count_is_the_straight_run_up_to_reordering(tmp_path,
                                                                              straight):
-    """2 towers interrupted at step 35, resumed on 1: the same global batches
-    and schedule, the gradient sums only ordered differently, so the run ends
-    within the budget test_parallel allows towers against one device (1e-5
-    relative; measured 1.1e-6)."""
+    """2 towers interrupted at step 55, resumed on 1: the same global batches
+    (epoch 3's) and schedule, the gradient sums only ordered differently, so
+    the run ends within the budget test_parallel allows towers against one
+    device (1e-5 relative). NOTE: a few steps only: float32 reorderings grow
+    through ReLU and max-pool ties over many steps (25 steps on 1 tower
+    ended 1.3e-4 off 2 towers' run with the compiled GEMM summing in its own
+    order); the float64 differential suite checks towers over whole runs."""
     directory = tmp_path / "ck"
-    hooked = environment(**{run_control.SELF_SIGNAL_ENV: "35:SIGINT"})
+    hooked = environment(**{run_control.SELF_SIGNAL_ENV: "55:SIGINT"})
     stopped = train(directory, *RUN, "--cpu-towers", "2", "--steps", str(STEPS), env=hooked)
     words = resume_from(stopped)
     at = words.index("--cpu-towers")
