@@ -332,10 +332,7 @@ def test_a_bfloat16_conv_net_hands_the_compiled_kernels_float32(monkeypatch, rng
     assert grad_x.dtype == grad_w.dtype == BF16
     kernels = {name for name, _ in spy.seen}
     assert {"winograd_input", "max_pool"} <= kernels, kernels
-    # (the Winograd filter transforms are made in float64 on purpose, then
-    # rounded once: winograd.py; every kernel on the data sees float32)
-    data_dtypes = {dtype for name, dtype in spy.seen if name != "gemm"}
-    assert data_dtypes <= {np.dtype(np.float32), np.dtype(np.uint8)}
+    assert {dtype for _, dtype in spy.seen} <= {np.dtype(np.float32), np.dtype(np.uint8)}
 
 
 # -- kernel tables and the GPU mapping ---------------------------------------------------

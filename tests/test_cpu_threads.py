@@ -166,3 +166,16 @@ def test_one_thread_means_serial():
     order = []
     pool.run(order.append, 3)
     assert order == [0, 1, 2]
+
+
+def test_compiled_kernels_split_short_but_heavy_work_across_the_threads():
+    # a 4x4 layer of 128 channels at batch 64: 1,024 rows, too few for
+    # OpenBLAS's GEMMs to split, but the compiled kernels have no threads of
+    # their own
+    pool = cpu_threads.WorkerPool(2)
+    flops = 64 * 16 * 1152 * 128
+    assert pool.gemm_parts(64, flops, 64 * 16) == 1
+    assert pool.compiled_parts(64, flops) >= 2
+    assert pool.compiled_parts(64, cpu_threads.MIN_PARALLEL_FLOPS - 1) == 1
+    assert pool.compiled_parts(1, flops) == 1
+    assert cpu_threads.SERIAL.compiled_parts(64, flops) == 1

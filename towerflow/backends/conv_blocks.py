@@ -89,7 +89,7 @@ def matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
     rows_per_image, depth = lay.out_h * lay.out_w, w.shape[0] * w.shape[1] * w.shape[2]
     w2d_t = xp.ascontiguousarray(w.reshape(depth, -1).T)
     flops = grad2d.shape[0] * grad2d.shape[1] * depth
-    ranges = split(n, parallel.gemm_parts(n, flops, grad2d.shape[0]))
+    ranges = split(n, parallel.compiled_parts(n, flops))
     per_block = _images_per_cache_block(rows_per_image * depth * grad2d.itemsize)
     dx = xp.empty(x_shape, grad2d.dtype)
 
@@ -112,7 +112,7 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
     conv = winograd.WinogradConv.for_input_gradient(w, lay, x_shape)
     grad = grad2d.reshape(n, lay.out_h, lay.out_w, w.shape[3])
     flops = grad2d.shape[0] * grad2d.shape[1] * w.shape[0] * w.shape[1] * w.shape[2]
-    ranges = split(n, parallel.gemm_parts(n, flops, grad2d.shape[0]))
+    ranges = split(n, parallel.compiled_parts(n, flops))
     per_block = _images_per_cache_block(conv.bytes_per_image())
     dx = xp.empty(x_shape, grad2d.dtype)
 
@@ -139,7 +139,7 @@ def winograd_filter_gradient(parallel, kept, grad):
     grad = np.ascontiguousarray(grad)
     n = grad.shape[0]
     flops = kept.shape[0] * kept.shape[1] * kept.shape[2] * grad.shape[3]
-    ranges = split(n, parallel.gemm_parts(n, flops, n * grad.shape[1] * grad.shape[2]))
+    ranges = split(n, parallel.compiled_parts(n, flops))
     per_block = _images_per_cache_block(winograd.grad_bytes_per_image(grad))
     sums = [None] * len(ranges)
 

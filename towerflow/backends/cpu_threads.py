@@ -76,6 +76,11 @@ class Serial:
         dimension of ``size`` items of ``rows // size`` rows (default 1)."""
         return 1
 
+    def compiled_parts(self, size, flops):
+        """How many parts to split ``size`` items (images) of a compiled
+        kernel's work of ``flops`` multiply-adds into."""
+        return 1
+
     def blas_threads(self, flops):
         """A context for one unsplit GEMM of ``flops`` multiply-adds."""
         return _NO_CONTEXT
@@ -134,6 +139,19 @@ class WorkerPool(Serial):
         self._start()
         if self._blas_threads is None:   # NOTE: BLAS threads itself: splitting oversubscribes
             return 1
+        parts = self.workers * self.parts_per_worker
+        if flops < parts * MIN_PART_FLOPS:
+            parts = self.workers
+        return min(size, parts)
+
+    def compiled_parts(self, size, flops):
+        # NOTE: no row minimum, unlike gemm_parts: the compiled kernels (the
+        # convolutions' GEMM and transforms) are single-threaded, so OpenBLAS's
+        # own threads are no alternative; a 4x4 layer of 128 channels at batch
+        # 64 (1,024 rows) ran on one core.
+        if flops < MIN_PARALLEL_FLOPS or size < 2 or self.workers == 1:
+            return 1
+        self._start()
         parts = self.workers * self.parts_per_worker
         if flops < parts * MIN_PART_FLOPS:
             parts = self.workers

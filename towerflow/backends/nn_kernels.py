@@ -211,10 +211,11 @@ def _im2col_matmul(xp, parallel, x, w2d, lay, finish=None, keep_product=True):
     the block's ``images`` (a slice of the batch). ``keep_product=False``
     allows (on the compiled path) not keeping the product: it is then None."""
     n, _, _, channels = x.shape
-    parts = _conv_parts(parallel, x, w2d, lay)
     if native.float_arrays(x, w2d):
-        return conv_blocks.im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts,
+        return conv_blocks.im2col_matmul_cached(xp, parallel, x, w2d, lay, finish,
+                                                _compiled_conv_parts(parallel, x, w2d, lay),
                                                 keep_product)
+    parts = _conv_parts(parallel, x, w2d, lay)
     rows_per_image, depth = lay.out_h * lay.out_w, w2d.shape[0]
     flops = n * rows_per_image * depth * w2d.shape[1]
     if parts == 1:
@@ -253,6 +254,12 @@ def _conv_parts(parallel, x, w2d, lay):
     return parallel.gemm_parts(n, flops, n * rows_per_image)
 
 
+def _compiled_conv_parts(parallel, x, w2d, lay):
+    """How many parts a convolution on the compiled kernels splits into."""
+    flops = x.shape[0] * lay.out_h * lay.out_w * w2d.shape[0] * w2d.shape[1]
+    return parallel.compiled_parts(x.shape[0], flops)
+
+
 # Bytes of im2col patches per block when the patches are not kept.
 _PATCH_BLOCK_BYTES = 1 << 22
 
@@ -268,8 +275,8 @@ def _im2col_matmul_in_blocks(xp, parallel, x, w2d, lay, finish=None, keep_produc
     deterministic."""
     if native.float_arrays(x, w2d):
         return conv_blocks.im2col_matmul_cached(xp, parallel, x, w2d, lay, finish,
-                                     _conv_parts(parallel, x, w2d, lay), keep_product,
-                                     keep_patches=False)
+                                                _compiled_conv_parts(parallel, x, w2d, lay),
+                                                keep_product, keep_patches=False)
     n = x.shape[0]
     rows_per_image = lay.out_h * lay.out_w
     image_bytes = rows_per_image * w2d.shape[0] * x.dtype.itemsize

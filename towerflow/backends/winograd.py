@@ -213,13 +213,10 @@ def _transformed_filter(w):
 def _both_axes(matrix, grid):
     """``matrix`` applied along both leading axes of ``grid`` [K, K, X]:
     matrix @ grid[:, :, x] @ matrix.T for every x, as one GEMM by the
-    Kronecker product, [R*R, K*K] @ [K*K, X], on the compiled kernel where it
-    runs (for a 128x128 filter: 1.6 ms as two NumPy GEMMs, the second over a
-    stack of six; 0.5 ms as one, OpenBLAS being slow on a 9-wide product)."""
+    Kronecker product, [R*R, K*K] @ [K*K, X] (for a 128x128 filter: 1.6 ms
+    as two GEMMs, the second over a stack of six; 0.2 ms as one).
+    NOTE: OpenBLAS, not the compiled GEMM, which is slower on these short
+    and very wide products."""
     rows = matrix.shape[0]
-    both = np.kron(matrix, matrix)
-    flat = np.ascontiguousarray(grid.reshape(grid.shape[0] * grid.shape[1], -1))
-    out = np.empty((rows * rows, flat.shape[1]), flat.dtype)
-    if not native.gemm(both, flat, out):
-        np.matmul(both, flat, out=out)
-    return out.reshape(rows, rows, -1)
+    both = np.kron(matrix, matrix) @ grid.reshape(grid.shape[0] * grid.shape[1], -1)
+    return both.reshape(rows, rows, -1)
