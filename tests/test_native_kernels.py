@@ -264,7 +264,7 @@ def test_float16_convolutions_take_the_numpy_path(monkeypatch):
 # -- the compiled GEMM (Winograd's 36 products, im2col's thin GEMMs) --------------------
 
 GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (5, 0, 40),
-               (0, 4, 32)]
+               (0, 4, 32), (9, 600, 40)]
 
 
 @needs_native
@@ -273,7 +273,8 @@ GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (
 @pytest.mark.parametrize("m, k, n", GEMM_SHAPES)
 def test_the_compiled_gemm_is_a_matrix_product(dtype, transposed, m, k, n):
     # rows past the kernel's 6-row blocks, columns past its 2-vector blocks and
-    # under one vector, an empty inner dimension and an empty product
+    # under one vector, an empty inner dimension, an empty product, and an inner
+    # dimension of several 256-long panels with a ragged last one
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     a = rng.standard_normal((k, m) if transposed else (m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
