@@ -264,7 +264,7 @@ def test_float16_convolutions_take_the_numpy_path(monkeypatch):
 # -- the compiled GEMM (Winograd's 36 products, im2col's thin GEMMs) --------------------
 
 GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (5, 0, 40),
-               (0, 4, 32), (9, 600, 40)]
+               (0, 4, 32), (9, 600, 64), (13, 20, 48), (13, 9, 80)]
 
 
 @needs_native
@@ -272,13 +272,17 @@ GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (
 @pytest.mark.parametrize("transposed", [False, True], ids=["a@b", "a.T@b"])
 @pytest.mark.parametrize("m, k, n", GEMM_SHAPES)
 def test_the_compiled_gemm_is_a_matrix_product(dtype, transposed, m, k, n):
-    # rows past the kernel's 6-row blocks, columns past its 2-vector blocks and
-    # under one vector, an empty inner dimension, an empty product, and an inner
-    # dimension of several 256-long panels with a ragged last one
+    # rows past the kernel's 6-row blocks, columns in two-vector blocks, one
+    # vector and both, an empty inner dimension, an empty product, a long inner
+    # dimension; widths that are not whole vectors are refused, nothing written
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     a = rng.standard_normal((k, m) if transposed else (m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
     out = np.full((m, n), np.nan, dtype)
+    if not native.vector_columns(n, dtype):
+        assert not native.gemm(a, b, out, transposed=transposed)
+        assert np.isnan(out).all()
+        return
     assert native.gemm(a, b, out, transposed=transposed)
     left = a.T if transposed else a
     exact = left.astype(np.float64) @ b.astype(np.float64)
@@ -287,24 +291,34 @@ def test_the_compiled_gemm_is_a_matrix_product(dtype, transposed, m, k, n):
     assert np.all(np.abs(out - exact) <= bound)
 
 
+def test_whole_vectors_of_columns_are_16_float32_or_8_float64_values():
+    assert [native.vector_columns(n, np.float32) for n in (16, 32, 48, 8, 33)] == \
+        [True, True, True, False, False]
+    assert [native.vector_columns(n, np.float64) for n in (8, 24, 4)] == [True, True, False]
+
+
 @needs_native
 def test_the_compiled_gemm_refuses_mismatched_shapes_by_name():
-    a, b = np.ones((4, 3), np.float32), np.ones((4, 5), np.float32)
-    with pytest.raises(ValueError, match=r"gemm: shapes \(4, 3\) @ \(4, 5\)"):
-        native.gemm(a, b, np.empty((4, 5), np.float32))
+    a, b = np.ones((4, 3), np.float32), np.ones((4, 16), np.float32)
+    with pytest.raises(ValueError, match=r"gemm: shapes \(4, 3\) @ \(4, 16\)"):
+        native.gemm(a, b, np.empty((4, 16), np.float32))
     assert not native.gemm(a, b.astype(np.float64), np.empty((3, 5)), transposed=True)
+    with pytest.raises(ValueError, match="gemm: 5 columns, not a multiple of the vector's 16"):
+        native._compiled.gemm((4, 3, 5, False), a.T.copy(), np.ones((3, 5), np.float32),
+                              np.empty((4, 5), np.float32))
 
 
 @needs_native
 def test_the_compiled_gemm_gives_the_same_bits_on_every_thread():
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((60, 50)).astype(np.float32), \
-        rng.standard_normal((50, 40)).astype(np.float32)
-    outs = [np.empty((60, 40), np.float32) for _ in range(4)]
+        rng.standard_normal((50, 48)).astype(np.float32)
+    outs = [np.full((60, 48), np.nan, np.float32) for _ in range(4)]
     threads = [threading.Thread(target=native.gemm, args=(a, b, out)) for out in outs]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert not np.isnan(outs[0]).any()
     for out in outs[1:]:
         np.testing.assert_array_equal(out, outs[0])

@@ -21,13 +21,15 @@ pytestmark = pytest.mark.skipif(not native.available(),
 RELATIVE = {np.float32: 5e-5, np.float64: 1e-12}
 
 # (x shape, out channels, padding): sizes that are and are not multiples of the
-# 4x4 tile, channels past the C kernels' 64-channel blocks, an empty batch
+# 4x4 tile, channels past the C kernels' 64-channel blocks, an empty batch,
+# output channels that are (48) and are not whole vectors of the compiled GEMM
 CASES = [
     ((3, 16, 16, 16), 24, "SAME"),
     ((2, 11, 9, 20), 17, "VALID"),
     ((2, 7, 13, 70), 5, "SAME"),
     ((1, 6, 6, 16), 66, "VALID"),
     ((0, 8, 8, 16), 8, "SAME"),
+    ((3, 10, 9, 32), 48, "SAME"),       # whole vectors of outputs: the compiled GEMMs
 ]
 
 

@@ -119,9 +119,10 @@ GEMM_MAX_TRANSPOSED_ROWS = 320
 def gemm(a, b, out, transposed=False):
     """out = a @ b (a [M, K], b [K, N], out [M, N]), or with ``transposed``
     out = a^T @ b (a [K, M]), by the compiled register-blocked kernel; False
-    where it does not apply (then nothing is written)."""
+    where it does not apply (then nothing is written): N must be a whole
+    number of vectors (see :func:`vector_columns`)."""
     if not (accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
-            and _same_floats(a, b, out)):
+            and _same_floats(a, b, out) and vector_columns(out.shape[1], out.dtype)):
         return False
     rows, inner = (a.shape[1], a.shape[0]) if transposed else a.shape
     if b.shape != (inner, out.shape[1]) or out.shape[0] != rows:
@@ -131,6 +132,13 @@ def gemm(a, b, out, transposed=False):
     return True
 
 
+def vector_columns(columns, dtype):
+    """Whether the compiled GEMM takes products ``columns`` wide: whole AVX-512
+    vectors (16 float32 or 8 float64 values); narrower remainders ran at a
+    tenth of OpenBLAS's speed, so they are left to NumPy."""
+    return columns % (64 // np.dtype(dtype).itemsize) == 0
+
+
 def winograd_gemms(u, first_tile, w, m, sums=False):
     """The 36 GEMMs of a block of Winograd tiles, into ``m``: u[plane, 36, C]
     holds the transformed inputs, the block being tiles ``first_tile`` ..
@@ -138,7 +146,8 @@ def winograd_gemms(u, first_tile, w, m, sums=False):
     O], m [tiles, 36, O]), or with ``sums`` ``m[t] += u_block[:, t]^T @ w[:,
     t]`` (w [tiles, 36, O], m [36, C, O]: the filter gradient, added to what
     ``m`` holds). False if the compiled kernel does not apply."""
-    if not (accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3 and _same_floats(u, w, m)):
+    if not (accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3 and _same_floats(u, w, m)
+            and vector_columns(m.shape[2], m.dtype)):
         return False
     tiles = w.shape[0] if sums else m.shape[0]
     _compiled.winograd_gemms((u.shape[0], first_tile, tiles, u.shape[2], m.shape[2], sums),

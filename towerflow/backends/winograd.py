@@ -130,7 +130,10 @@ class WinogradConv:
             tiles, TERMS, self.out_channels)
         _ran(native.winograd_input(x, self.top, self.left, self.out_h, self.out_w, kept,
                                    first_tile), "input", x)
-        _ran(native.winograd_gemms(kept, first_tile, self.filter, products), "GEMM", kept)
+        if not native.winograd_gemms(kept, first_tile, self.filter, products):
+            # output channels not a whole number of vectors: NumPy's GEMMs
+            np.matmul(kept[first_tile:first_tile + tiles].transpose(1, 0, 2), self.filter,
+                      out=products.transpose(1, 0, 2))
         _ran(native.winograd_output(products, (n, self.out_h, self.out_w, self.out_channels),
                                     out), "output", out)
 
@@ -168,8 +171,11 @@ def add_tile_products(kept, grad, first_image, workspace, sums):
     tiles = n * per_image
     transformed = workspace[:TERMS * tiles * out_channels].reshape(tiles, TERMS, out_channels)
     _ran(native.winograd_grad_tiles(grad, transformed), "gradient", grad)
-    _ran(native.winograd_gemms(kept, first_image * per_image, transformed, sums, sums=True),
-         "GEMM", kept)
+    first = first_image * per_image
+    if not native.winograd_gemms(kept, first, transformed, sums, sums=True):
+        # output channels not a whole number of vectors: NumPy's GEMMs
+        sums += np.matmul(kept[first:first + tiles].transpose(1, 2, 0),
+                          transformed.transpose(1, 0, 2))
 
 
 def grad_workspace(grad, images):
