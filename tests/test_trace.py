@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import towerflow as tf
+from towerflow import training_trace
 from towerflow.client import timeline
 
 FULL_TRACE = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
@@ -431,3 +432,9 @@ def test_a_fused_chain_is_traced_op_by_op(three_cpus):
     value, stats = traced(sess, out, feed)
     np.testing.assert_array_equal(value, untraced)
     assert {"conv", "bias", "relu"} <= set(nodes_by_name(stats))
+
+
+def test_ranks_clocks_are_aligned_by_the_median_barrier_not_a_late_one():
+    # rank 0 left the barriers at 100, 200, 300 µs; this rank's clock runs 40 µs
+    # behind, and it was descheduled for 5 ms after the first barrier
+    assert training_trace._clock_shift([100, 200, 300], [5060, 160, 260]) == 40

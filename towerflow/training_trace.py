@@ -14,6 +14,7 @@ common barrier just before the first traced step::
     traces.finish()
 """
 
+import statistics
 import time
 
 from .client import timeline
@@ -33,7 +34,7 @@ class StepTraces:
         self._strategy = strategy
         self._step_stats = StepStats()
         self._metadata = None
-        self._barrier_micros = None
+        self._barrier_micros = None   # this rank's clock leaving each of the barriers
 
     def run_options(self, steps_done):
         """``Session.run`` keywords for the step after ``steps_done`` steps:
@@ -70,25 +71,31 @@ class StepTraces:
         return 0 if not devices else len(self._traced)
 
     def _leave_barrier(self):
-        """This rank's clock (µs) as it leaves a barrier all ranks join."""
-        if self._strategy.num_ranks > 1:
-            self._world().all_gather(None, "the trace's clock barrier", self._strategy.timeout)
-        return time.time_ns() // 1000
+        """This rank's clock (µs) as it leaves each of CLOCK_BARRIERS barriers all
+        ranks join."""
+        exits = []
+        for _ in range(CLOCK_BARRIERS if self._strategy.num_ranks > 1 else 1):
+            if self._strategy.num_ranks > 1:
+                self._world().all_gather(None, "the trace's clock barrier",
+                                         self._strategy.timeout)
+            exits.append(time.time_ns() // 1000)
+        return exits
 
     def _gathered(self):
         """Every rank's step stats in one StepStats: devices prefixed with the
         rank, times on rank 0's clock (as at the barrier)."""
-        mine = (self._step_stats, self._barrier_micros or 0)
+        mine = (self._step_stats, self._barrier_micros or [0])
         everyone = self._world().all_gather(mine, "the trace's step stats",
                                             self._strategy.timeout)
         merged = StepStats()
         reference = everyone[0][1]
-        for rank, (stats, barrier_micros) in enumerate(everyone):
+        for rank, (stats, exits) in enumerate(everyone):
+            shift = _clock_shift(reference, exits)
             for dev_stats in stats.dev_stats:
                 dev_stats.device = f"rank {rank} {dev_stats.device}"
                 for node in dev_stats.node_stats:
-                    node.all_start_micros += reference - barrier_micros
-                    node.scheduled_micros += reference - barrier_micros
+                    node.all_start_micros += shift
+                    node.scheduled_micros += shift
             merged.merge(stats)
         return merged
 
@@ -96,3 +103,15 @@ class StepTraces:
     def _world():
         from .parallel import mpi
         return mpi.world()
+
+
+# Barriers whose exit times align the ranks' clocks. NOTE: one was not enough
+# on a busy 2-core machine: a rank descheduled for a few ms after leaving it
+# put its ops that far off rank 0's; the median over several is robust to that.
+CLOCK_BARRIERS = 9
+
+
+def _clock_shift(reference, exits):
+    """µs to add to a rank's times to put them on rank 0's clock: the median of
+    the differences of the two ranks' exit times from the same barriers."""
+    return int(statistics.median(ref - mine for ref, mine in zip(reference, exits)))
