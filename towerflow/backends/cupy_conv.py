@@ -52,6 +52,7 @@ import numpy as np
 
 from . import gpu_batch_norm_specs as bn_specs
 from . import output_used
+from .fused_kernels import batch_norm_chain_kernels
 from .gpu_conv_specs import BLOCK, COL2IM, IM2COL, geometry_args
 from .kernel_specs import FLOAT_TYPES
 from .nn_kernels import sized_backprop_input
@@ -254,53 +255,17 @@ def _finish_grid(channels):
 
 
 def _batch_norm_kernels(xp, table, launcher):
-    def forward(relu):
-        def make(ctx):
-            generic = table["FusedBatchNorm"](ctx)
-            fallback = _relu_after(xp, generic) if relu else generic
-            if ctx.attrs["is_training"] is not True:    # inference, or a fed flag
-                return fallback
-            epsilon = ctx.attrs["epsilon"]
+    def train(x, scale, offset, epsilon, relu):
+        if not _takes(x, scale, offset):
+            return None
+        return batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu)
 
-            def run(x, scale, offset, mean, variance):
-                if not _takes(x, scale, offset):
-                    return fallback(x, scale, offset, mean, variance)
-                return batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu)
-            return run
-        return make
-
-    def backward(masked):
-        def make(ctx):
-            generic = table["FusedBatchNormGrad"](ctx)
-            fallback = _relu_grad_before(generic) if masked else generic
-            if ctx.attrs["is_training"] is not True:
-                return fallback
-
-            def run(grad, *inputs):
-                relu_output, (x, scale, mean, inv_std) = \
-                    (inputs[0], inputs[1:]) if masked else (None, inputs)
-                if not _takes(grad, x, scale, mean, inv_std):
-                    return fallback(grad, *inputs)
-                return batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale,
-                                                mean, inv_std)
-            return run
-        return make
-
-    return {"FusedBatchNorm": forward(False), "_FusedBatchNormRelu": forward(True),
-            "FusedBatchNormGrad": backward(False), "_ReluGradBatchNormGrad": backward(True)}
-
-
-def _relu_after(xp, generic):
-    def run(*inputs):
-        outputs = generic(*inputs)
-        return (xp.maximum(outputs[0], 0),) + tuple(outputs[1:])
-    return run
-
-
-def _relu_grad_before(generic):
-    def run(grad, relu_output, *inputs):
-        return generic(grad * (relu_output > 0), *inputs)
-    return run
+    def train_grad(grad, relu_output, x, scale, mean, inv_std):
+        if not _takes(grad, x, scale, mean, inv_std):
+            return None
+        return batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale, mean,
+                                        inv_std)
+    return batch_norm_chain_kernels(xp, table, train, train_grad)
 
 
 def gpu_kernels(xp, table, launcher=None):

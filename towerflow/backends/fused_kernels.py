@@ -1,12 +1,10 @@
 """Fused kernels: softmax cross-entropy (loss and gradient in one pass) and
 batch normalisation (forward and backward), written against ``xp``."""
 
-
 import numpy as np
 
 from .. import errors
 from .filled_vectors import FilledVectors
-
 
 # -- softmax cross-entropy -------------------------------------------------------------
 
@@ -224,3 +222,68 @@ class _PerChannel:
         if rows.dtype.kind != "f" or rows.dtype.itemsize < 4 or rows.shape[0] == 0:
             return rows.sum(axis=0)
         return self.xp.matmul(self._ones.get(rows.shape[0], rows.dtype), rows)
+
+
+def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
+    """Makers for FusedBatchNorm, FusedBatchNormGrad and fusion.py's chains
+    ``_FusedBatchNormRelu`` / ``_ReluGradBatchNormGrad`` for a backend with its
+    own training-mode kernels: ``train(x, scale, offset, epsilon, relu)`` and
+    ``train_grad(grad, relu_output, x, scale, mean, inv_std)`` (relu_output
+    None unless masked) return the op's outputs, or None where they do not
+    take the arrays; then, and in inference, for a fed training flag, or where
+    ``takes_op(ctx)`` says no, ``table``'s makers run (the chains as the
+    separate kernels would compute them)::
+
+        kernels = batch_norm_chain_kernels(np, table, native_train, native_grad)
+    """
+    takes_op = takes_op or (lambda ctx: True)
+    # NOTE: the makers as they are now: callers update ``table`` with the result
+    generic = {name: table[name] for name in ("FusedBatchNorm", "FusedBatchNormGrad")}
+
+    def forward(relu):
+        def make(ctx):
+            fallback = generic["FusedBatchNorm"](ctx)
+            if relu:
+                fallback = _relu_after(xp, fallback)
+            if ctx.attrs["is_training"] is not True or not takes_op(ctx):
+                return fallback
+            epsilon = ctx.attrs["epsilon"]
+
+            def run(x, scale, offset, mean, variance):
+                outputs = train(x, scale, offset, epsilon, relu)
+                return fallback(x, scale, offset, mean, variance) if outputs is None \
+                    else outputs
+            return run
+        return make
+
+    def backward(masked):
+        def make(ctx):
+            fallback = generic["FusedBatchNormGrad"](ctx)
+            if masked:
+                fallback = _relu_grad_before(fallback)
+            if ctx.attrs["is_training"] is not True or not takes_op(ctx):
+                return fallback
+
+            def run(grad, *inputs):
+                relu_output, (x, scale, mean, inv_std) = \
+                    (inputs[0], inputs[1:]) if masked else (None, inputs)
+                outputs = train_grad(grad, relu_output, x, scale, mean, inv_std)
+                return fallback(grad, *inputs) if outputs is None else outputs
+            return run
+        return make
+
+    return {"FusedBatchNorm": forward(False), "_FusedBatchNormRelu": forward(True),
+            "FusedBatchNormGrad": backward(False), "_ReluGradBatchNormGrad": backward(True)}
+
+
+def _relu_after(xp, generic):
+    def run(*inputs):
+        outputs = generic(*inputs)
+        return (xp.maximum(outputs[0], 0),) + tuple(outputs[1:])
+    return run
+
+
+def _relu_grad_before(generic):
+    def run(grad, relu_output, *inputs):
+        return generic(grad * (relu_output > 0), *inputs)
+    return run

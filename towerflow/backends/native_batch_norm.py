@@ -26,6 +26,7 @@ runs the NumPy kernels, with the ReLU or its mask as separate NumPy passes::
 import numpy as np
 
 from . import native
+from .fused_kernels import batch_norm_chain_kernels
 
 # Values per block of partial sums (a block is this many values' rows, at
 # least one row): a function of the shape only, never of the thread count.
@@ -193,59 +194,15 @@ def cpu_batch_norm_kernels(table, parallel):
 
         KERNELS.update(cpu_batch_norm_kernels(KERNELS, CPU_POOL))
     """
-    generic = {name: table[name] for name in ("FusedBatchNorm", "FusedBatchNormGrad")}
+    def train(x, scale, offset, epsilon, relu):
+        return batch_norm_training(x, scale, offset, epsilon, relu, parallel)
 
-    def forward(relu):
-        def make(ctx):
-            fallback = generic["FusedBatchNorm"](ctx)
-            if relu:
-                fallback = _relu_after(fallback)
-            if ctx.attrs["is_training"] is not True or not _one_dtype(ctx):
-                return fallback
-            epsilon = ctx.attrs["epsilon"]
-
-            def run(x, scale, offset, mean, variance):
-                outputs = batch_norm_training(x, scale, offset, epsilon, relu, parallel)
-                return fallback(x, scale, offset, mean, variance) if outputs is None \
-                    else outputs
-            return run
-        return make
-
-    def backward(masked):
-        def make(ctx):
-            fallback = generic["FusedBatchNormGrad"](ctx)
-            if masked:
-                fallback = _relu_grad_before(fallback)
-            if ctx.attrs["is_training"] is not True or not _one_dtype(ctx):
-                return fallback
-
-            def run(grad, *inputs):
-                relu_output, (x, scale, mean, inv_std) = \
-                    (inputs[0], inputs[1:]) if masked else (None, inputs)
-                outputs = batch_norm_grad_training(grad, relu_output, x, scale, mean,
-                                                   inv_std, parallel)
-                return fallback(grad, *inputs) if outputs is None else outputs
-            return run
-        return make
-
-    return {"FusedBatchNorm": forward(False), "_FusedBatchNormRelu": forward(True),
-            "FusedBatchNormGrad": backward(False), "_ReluGradBatchNormGrad": backward(True)}
+    def train_grad(grad, relu_output, x, scale, mean, inv_std):
+        return batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, parallel)
+    return batch_norm_chain_kernels(np, table, train, train_grad, takes_op=_one_dtype)
 
 
 def _one_dtype(ctx):
     """Whether all the op's outputs share one dtype (the compiled kernels
     write every output in the input's dtype)."""
     return len({np.dtype(dtype) for dtype in ctx.output_dtypes}) == 1
-
-
-def _relu_after(generic):
-    def run(*inputs):
-        outputs = generic(*inputs)
-        return (np.maximum(outputs[0], 0),) + tuple(outputs[1:])
-    return run
-
-
-def _relu_grad_before(generic):
-    def run(grad, relu_output, *inputs):
-        return generic(grad * (relu_output > 0), *inputs)
-    return run
