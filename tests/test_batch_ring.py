@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import split_cpu
 
 from towerflow.data import Pipeline, augment
 from towerflow.data.batch_ring import BatchRing, ring_size
@@ -128,7 +129,6 @@ def test_a_training_run_gets_the_ring_buffers_back(monkeypatch, no_gpu):
     # fit's loop, its Session and its two towers keep no batch past its step: the
     # pipeline never needs a buffer beyond its ring of five
     pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
-    import towerflow as tf
     from towerflow import training
     from towerflow.recipes import get
     pipelines = []
@@ -138,9 +138,7 @@ def test_a_training_run_gets_the_ring_buffers_back(monkeypatch, no_gpu):
             super().__init__(*args, **options)
             pipelines.append(self)
     monkeypatch.setattr(training.data_module, "Pipeline", RecordedPipeline)
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    split_cpu(2)
     training.fit(get("digits"), ["/cpu:0", "/cpu:1"], batch_size=64, steps=40, quiet=True)
     ring = pipelines[0]._ring
     assert ring.size == 5 and ring.buffers_made == 5

@@ -39,6 +39,7 @@ class StepClock:
     def __init__(self):
         self._seconds, self._samples = [], []
         self._mark = None
+        self._total_seconds, self._total_samples = 0.0, 0   # for running_rate, per step
 
     def resume(self):
         """Start timing the next step now (after time that is not training's)."""
@@ -49,12 +50,14 @@ class StepClock:
         now = clock()
         self._seconds.append(now - self._mark)
         self._samples.append(samples)
+        self._total_seconds += now - self._mark
+        self._total_samples += samples
         self._mark = now
 
     def running_rate(self):
         """Samples per second of training over every step so far (for the bar)."""
-        seconds = sum(self._seconds)
-        return sum(self._samples) / seconds if seconds > 0 else 0.0
+        seconds = self._total_seconds
+        return self._total_samples / seconds if seconds > 0 else 0.0
 
     def summary(self):
         """samples_per_sec and step_ms (the median) over the steps after the first

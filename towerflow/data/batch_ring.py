@@ -124,11 +124,11 @@ class BatchRing:
     # -- the ring --------------------------------------------------------------------
 
     def _next_slot(self, count):
-        held = sum(slot is not None and _held(slot) for slot in self._slots)
-        self.most_in_use = max(self.most_in_use, held + 1)
+        held = [slot is not None and _held(slot) for slot in self._slots]
+        self.most_in_use = max(self.most_in_use, sum(held) + 1)
         index = self._turn % len(self._slots)
         self._turn += 1
-        if self._slots[index] is None or _held(self._slots[index]):
+        if self._slots[index] is None or held[index]:
             self._slots[index] = self._new_slot()
         images, labels = self._slots[index]
         return images[:count], labels[:count]
