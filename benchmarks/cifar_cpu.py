@@ -244,18 +244,24 @@ def make_runners(batch, torch, jax):
     return runners
 
 
+FRAMEWORKS = ("towerflow", "pytorch", "jax")
+
+
 def measure_batch(batch, torch, jax, args, flops_per_sample):
     rates = gpu_peers.alternate(make_runners(batch, torch, jax),
                                 gpu_peers.make_batches(batch), args.rounds, args.steps)
+    return rate_row(batch, rates, flops_per_sample)
+
+
+def rate_row(batch, rates, flops_per_sample, frameworks=FRAMEWORKS):
+    """The table row of one batch size from {framework: steps/s} (missing: None),
+    towerflow first: samples/s, GFLOP/s, and towerflow over each peer."""
     row = {"batch": batch}
-    for name in ("towerflow", "pytorch", "jax"):
-        if name not in rates:
-            row[name] = None
-            continue
-        samples = rates[name] * batch
-        gflops = samples * flops_per_sample / 1e9
-        row[name] = {"samples_per_s": samples, "gflops": gflops}
-    for name in ("pytorch", "jax"):
+    for name in frameworks:
+        samples = rates[name] * batch if name in rates else None
+        row[name] = None if samples is None else \
+            {"samples_per_s": samples, "gflops": samples * flops_per_sample / 1e9}
+    for name in frameworks[1:]:
         row[f"towerflow_over_{name}"] = None if row[name] is None else \
             row["towerflow"]["samples_per_s"] / row[name]["samples_per_s"]
     return row
@@ -269,14 +275,15 @@ def add_gemm_fractions(rows, gemm_rate, frameworks):
                 row[name]["fraction_of_gemm"] = row[name]["gflops"] / gemm_rate
 
 
-def print_table(rows, gemm_rate, flops_per_sample):
+def print_table(rows, gemm_rate, flops_per_sample=None, frameworks=FRAMEWORKS):
+    step = "" if flops_per_sample is None else \
+        f"; step: {flops_per_sample / 1e6:.1f} MFLOP per sample"
     print(f"\nfloat32 GEMM ({GEMM_SIZE}^2, np.matmul, best): {gemm_rate:.0f} GFLOP/s "
-          f"(OpenBLAS {openblas_core()} kernels); step: {flops_per_sample / 1e6:.1f} MFLOP "
-          f"per sample")
+          f"(OpenBLAS {openblas_core()} kernels){step}")
     print(f"{'batch':>5} {'framework':<10} {'samples/s':>10} {'GFLOP/s':>8} {'of GEMM':>8} "
           f"{'towerflow/it':>13}")
     for row in rows:
-        for name in ("towerflow", "pytorch", "jax"):
+        for name in frameworks:
             print(_table_line(row, name))
 
 
@@ -336,7 +343,7 @@ def main():
     rows = [measure_batch(int(batch), torch, jax, args, flops_per_sample)
             for batch in args.batches.split(",")]
     gemm_rate = max(gemm_rate, gemm_gflops())       # before and after: the better
-    add_gemm_fractions(rows, gemm_rate, ("towerflow", "pytorch", "jax"))
+    add_gemm_fractions(rows, gemm_rate, FRAMEWORKS)
     print_table(rows, gemm_rate, flops_per_sample)
     write_json(args.json, {"benchmark": "cifar_cpu", "unit": "samples/s", "rows": rows,
                            "gemm_gflops": gemm_rate, "forward_flops_per_sample": forward,

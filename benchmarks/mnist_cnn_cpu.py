@@ -151,25 +151,7 @@ def make_runners(tensorflow, torch):
 
 def measure_batch(batch, runners, args, flops_per_sample):
     rates = gpu_peers.alternate(runners, make_batches(batch), args.rounds, args.steps)
-    row = {"batch": batch}
-    for name in FRAMEWORKS:
-        samples = rates[name] * batch if name in rates else None
-        row[name] = None if samples is None else \
-            {"samples_per_s": samples, "gflops": samples * flops_per_sample / 1e9}
-    for name in FRAMEWORKS[1:]:
-        row[f"towerflow_over_{name}"] = None if row[name] is None else \
-            row["towerflow"]["samples_per_s"] / row[name]["samples_per_s"]
-    return row
-
-
-def print_table(rows, gemm_rate):
-    print(f"\nfloat32 GEMM ({cifar_cpu.GEMM_SIZE}^2, np.matmul, best): {gemm_rate:.0f} "
-          f"GFLOP/s (OpenBLAS {cifar_cpu.openblas_core()} kernels)")
-    print(f"{'batch':>5} {'framework':<10} {'samples/s':>10} {'GFLOP/s':>8} {'of GEMM':>8} "
-          f"{'towerflow/it':>13}")
-    for row in rows:
-        for name in FRAMEWORKS:
-            print(cifar_cpu._table_line(row, name))
+    return cifar_cpu.rate_row(batch, rates, flops_per_sample, FRAMEWORKS)
 
 
 def main():
@@ -191,7 +173,7 @@ def main():
             for batch in args.batches.split(",")]
     gemm_rate = max(gemm_rate, cifar_cpu.gemm_gflops())     # before and after: the better
     cifar_cpu.add_gemm_fractions(rows, gemm_rate, FRAMEWORKS)
-    print_table(rows, gemm_rate)
+    cifar_cpu.print_table(rows, gemm_rate, frameworks=FRAMEWORKS)
     cifar_cpu.write_json(args.json, {
         "benchmark": "mnist_cnn_cpu", "unit": "samples/s", "rows": rows,
         "gemm_gflops": gemm_rate, "forward_flops_per_sample": forward,

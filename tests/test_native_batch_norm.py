@@ -19,7 +19,7 @@ from towerflow.backends import (
     numpy_backend,
     window_geometry,
 )
-from towerflow.backends.cpu_threads import WorkerPool
+from towerflow.backends.cpu_threads import SERIAL, WorkerPool
 from towerflow.backends.fused_kernels import _batch_norm_kernels
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels not built")
@@ -173,7 +173,7 @@ def test_any_thread_count_gives_the_same_bits_run_after_run(workers, dtype):
             grad, outputs[0], x, scale, outputs[3], outputs[4], parallel)
         return outputs + grads
 
-    serial = both(None)
+    serial = both(SERIAL)
     for _ in range(3):
         for got, want in zip(both(pool), serial):
             np.testing.assert_array_equal(got, want)

@@ -73,11 +73,11 @@ class StepTraces:
     def _leave_barrier(self):
         """This rank's clock (µs) as it leaves each of CLOCK_BARRIERS barriers all
         ranks join."""
+        if self._strategy.num_ranks == 1:
+            return [time.time_ns() // 1000]
         exits = []
-        for _ in range(CLOCK_BARRIERS if self._strategy.num_ranks > 1 else 1):
-            if self._strategy.num_ranks > 1:
-                self._world().all_gather(None, "the trace's clock barrier",
-                                         self._strategy.timeout)
+        for _ in range(CLOCK_BARRIERS):
+            self._world().all_gather(None, "the trace's clock barrier", self._strategy.timeout)
             exits.append(time.time_ns() // 1000)
         return exits
 

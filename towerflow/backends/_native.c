@@ -43,6 +43,23 @@ typedef struct {
 /* np.maximum(m, a): NaN in either gives NaN, ties keep the first argument. */
 #define NP_MAX(m, a) (((m) >= (a) || (m) != (m)) ? (m) : (a))
 
+/* One tap of a pooling window: max[] takes np.maximum with value[], and the
+ * winner bits[] get ``bit`` where value[] is the (new or tied) maximum, exactly
+ * as pool_kernels.py's NumPy passes do (max_pool and batch_norm_pool share it). */
+#define POOL_TAP(T, value, max, bits, bit, tap, cb)                                     \
+    if ((tap) == 0)                                                                     \
+        for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                      \
+            max[ch] = value[ch];                                                        \
+            bits[ch] = value[ch] == value[ch] ? (bit) : 0;                              \
+        }                                                                               \
+    else                                                                                \
+        for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                      \
+            const T before = max[ch], after = NP_MAX(before, value[ch]);                \
+            bits[ch] = (value[ch] == after ? (bit) : 0)                                 \
+                       | (before == after ? bits[ch] : 0);                              \
+            max[ch] = after;                                                            \
+        }
+
 #define DEFINE_KERNELS(T, LANE, SUFFIX)                                                       \
 static void add_bias_outside_windows_##SUFFIX(T *x, const T *bias, const Geometry *g) \
 {                                                                                       \
@@ -82,18 +99,7 @@ static void max_pool_##SUFFIX(T *x, const T *bias, T *out, uint8_t *code,       
             if (bias)                                                                   \
                 for (Py_ssize_t ch = 0; ch < cb; ch++)                                  \
                     p[ch] += bias[c0 + ch];                                             \
-            if (tap == 0)                                                               \
-                for (Py_ssize_t ch = 0; ch < cb; ch++) {                                \
-                    max[ch] = p[ch];                                                    \
-                    bits[ch] = p[ch] == p[ch] ? bit : 0;                                \
-                }                                                                       \
-            else                                                                        \
-                for (Py_ssize_t ch = 0; ch < cb; ch++) {                                \
-                    const T before = max[ch], after = NP_MAX(before, p[ch]);            \
-                    bits[ch] = (p[ch] == after ? bit : 0)                               \
-                               | (before == after ? bits[ch] : 0);                      \
-                    max[ch] = after;                                                    \
-                }                                                                       \
+            POOL_TAP(T, p, max, bits, bit, tap, cb)                                   \
         }                                                                               \
         T *o = out + cell;                                                              \
         if (relu)                                                                       \
@@ -462,25 +468,6 @@ DEFINE_WINOGRAD(double, f64)
 
 #define GEMM_ROWS 6
 
-
-/* n, the columns, a multiple of LANES (the wrappers refuse other widths: a
- * scalar loop for the last few columns ran at a tenth of OpenBLAS's speed).
- * c(i, j) = sum_p a(i, p) b(p, j) (with accumulate: c(i, j) += that sum), i < m,
- * j < n, a(i, p) = a[i * a_row + p * a_col], b(p, j) = b[p * b_row + j],
- * c(i, j) = c[i * c_row + j]; a vector holds LANES items. */
-#define STORE_GEMM(T, vec, out, low, high, lanes)                                       \
-    do {                                                                                \
-        vec low_ = (low), high_ = (high);                                               \
-        if (accumulate) {                                                               \
-            vec old_low, old_high;                                                      \
-            memcpy(&old_low, (out), sizeof old_low);                                    \
-            memcpy(&old_high, (out) + (lanes), sizeof old_high);                        \
-            low_ += old_low;                                                            \
-            high_ += old_high;                                                          \
-        }                                                                               \
-        memcpy((out), &low_, sizeof low_);                                              \
-        memcpy((out) + (lanes), &high_, sizeof high_);                                  \
-    } while (0)
 #define STORE_ONE(vec, out, value)                                                      \
     do {                                                                                \
         vec value_ = (value);                                                           \
@@ -493,9 +480,16 @@ DEFINE_WINOGRAD(double, f64)
     } while (0)
 #define STORE_ONE_f32(out, value) STORE_ONE(vec_f32, out, value)
 #define STORE_ONE_f64(out, value) STORE_ONE(vec_f64, out, value)
-#define STORE_f32(out, low, high) STORE_GEMM(float, vec_f32, out, low, high, 16)
-#define STORE_f64(out, low, high) STORE_GEMM(double, vec_f64, out, low, high, 8)
+#define STORE_f32(out, low, high)                                                       \
+    do { STORE_ONE_f32(out, low); STORE_ONE_f32((out) + 16, high); } while (0)
+#define STORE_f64(out, low, high)                                                       \
+    do { STORE_ONE_f64(out, low); STORE_ONE_f64((out) + 8, high); } while (0)
 
+/* n, the columns, a multiple of LANES (the wrappers refuse other widths: a
+ * scalar loop for the last few columns ran at a tenth of OpenBLAS's speed).
+ * c(i, j) = sum_p a(i, p) b(p, j) (with accumulate: c(i, j) += that sum), i < m,
+ * j < n, a(i, p) = a[i * a_row + p * a_col], b(p, j) = b[p * b_row + j],
+ * c(i, j) = c[i * c_row + j]; a vector holds LANES items. */
 #define DEFINE_GEMM(T, SUFFIX, LANES)                                                    \
 typedef T vec_##SUFFIX __attribute__((vector_size((LANES) * sizeof(T)), aligned(sizeof(T)))); \
                                                                                         \
@@ -852,18 +846,7 @@ WIDE_LOOPS static void batch_norm_pool_##SUFFIX(const T *x, const T *coefficient
                 const T z = (p[ch] - mean[c0 + ch]) * gain[c0 + ch] + offset[c0 + ch];  \
                 v[ch] = NP_MAX(z, (T)0);                                                \
             }                                                                           \
-            if (tap == 0)                                                               \
-                for (Py_ssize_t ch = 0; ch < cb; ch++) {                                \
-                    max[ch] = v[ch];                                                    \
-                    bits[ch] = v[ch] == v[ch] ? bit : 0;                                \
-                }                                                                       \
-            else                                                                        \
-                for (Py_ssize_t ch = 0; ch < cb; ch++) {                                \
-                    const T before = max[ch], after = NP_MAX(before, v[ch]);            \
-                    bits[ch] = (v[ch] == after ? bit : 0)                               \
-                               | (before == after ? bits[ch] : 0);                      \
-                    max[ch] = after;                                                    \
-                }                                                                       \
+            POOL_TAP(T, v, max, bits, bit, tap, cb)                                   \
         }                                                                               \
         for (Py_ssize_t ch = 0; ch < cb; ch++) {                                        \
             out[cell + ch] = max[ch];                                                   \

@@ -16,12 +16,13 @@ its MaxPool. Both give the separate kernels' values bit for bit::
 import copy
 
 from . import native_batch_norm
+from .cpu_threads import SERIAL
 from .window_geometry import _layout_maker
 
 KERNEL = "_FusedBatchNormReluPool"
 
 
-def batch_norm_relu_pool_kernels(table, parallel=None, compiled=True):
+def batch_norm_relu_pool_kernels(table, parallel=SERIAL, compiled=True):
     """{KERNEL: maker} over ``table``'s _FusedBatchNormRelu and MaxPool makers
     (looked up when a plan binds the kernel); ``compiled``: try the CPU's
     compiled one-pass kernel first (NumPy tables only)."""
@@ -33,8 +34,8 @@ def batch_norm_relu_pool_kernels(table, parallel=None, compiled=True):
         def separate(x, *inputs):
             outputs = batch_norm_relu(x, *inputs)
             return tuple(max_pool(outputs[0])) + tuple(outputs[1:])
-        dtypes = set(batch_norm_ctx.output_dtypes)
-        if not compiled or ctx.attrs["is_training"] is not True or len(dtypes) != 1:
+        if not compiled or ctx.attrs["is_training"] is not True or \
+                not native_batch_norm.one_dtype(batch_norm_ctx):
             return separate
         epsilon, layout_of = ctx.attrs["epsilon"], _layout_maker(ctx.attrs["pool"])
 

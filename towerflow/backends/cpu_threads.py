@@ -132,17 +132,12 @@ class WorkerPool(Serial):
         return min(size, self.workers * self.parts_per_worker)
 
     def gemm_parts(self, size, flops, rows=None):
-        rows = size if rows is None else rows
-        if flops < MIN_PARALLEL_FLOPS or rows < MIN_SPLIT_ROWS or size < 2 or \
-                self.workers == 1:
+        if (size if rows is None else rows) < MIN_SPLIT_ROWS:
             return 1
-        self._start()
+        parts = self.compiled_parts(size, flops)      # starts the pool where it splits
         if self._blas_threads is None:   # NOTE: BLAS threads itself: splitting oversubscribes
             return 1
-        parts = self.workers * self.parts_per_worker
-        if flops < parts * MIN_PART_FLOPS:
-            parts = self.workers
-        return min(size, parts)
+        return parts
 
     def compiled_parts(self, size, flops):
         # NOTE: no row minimum, unlike gemm_parts: the compiled kernels (the

@@ -26,6 +26,7 @@ runs the NumPy kernels, with the ReLU or its mask as separate NumPy passes::
 import numpy as np
 
 from . import native
+from .cpu_threads import SERIAL
 from .fused_kernels import batch_norm_chain_kernels
 
 # Values per block of partial sums (a block is this many values' rows, at
@@ -46,11 +47,10 @@ def takes(*arrays):
     """Whether the compiled kernels take these arrays (None skipped): on,
     C-contiguous NumPy arrays of one float dtype, with at least one row."""
     present = [array for array in arrays if array is not None]
-    return native.float_arrays(*present) and present[0].ndim >= 1 and \
-        present[0].size > 0 and present[0].shape[-1] > 0
+    return native.float_arrays(*present) and present[0].ndim >= 1 and present[0].size > 0
 
 
-def batch_norm_training(x, scale, offset, epsilon, relu=False, parallel=None):
+def batch_norm_training(x, scale, offset, epsilon, relu=False, parallel=SERIAL):
     """FusedBatchNorm in training, then max(y, 0) if ``relu``: (y, batch
     mean, unbiased batch variance, saved mean, saved inv_std), or None where
     the compiled kernels do not take the arrays (see :func:`takes`)::
@@ -68,7 +68,7 @@ def batch_norm_training(x, scale, offset, epsilon, relu=False, parallel=None):
     return (y.reshape(x.shape),) + statistics
 
 
-def batch_norm_relu_pool_training(x, scale, offset, epsilon, lay, parallel=None):
+def batch_norm_relu_pool_training(x, scale, offset, epsilon, lay, parallel=SERIAL):
     """FusedBatchNorm in training → Relu → MaxPool of the windows ``lay``
     (window_geometry) as one pass after the sums: (pooled, winner bits,
     batch mean, unbiased batch variance, saved mean, saved inv_std), the
@@ -95,8 +95,8 @@ def batch_norm_relu_pool_training(x, scale, offset, epsilon, lay, parallel=None)
             (lay.out_h, lay.out_w)
         native.batch_norm_pool(geometry, x[start:stop], coefficients, pooled[start:stop],
                                winners[start:stop])
-    parts = _parts(parallel, count, x.size)
-    _run(parallel, pool_images, parts)
+    parts = parallel.parts(count, x.size)
+    parallel.run(pool_images, parts)
     return (pooled, winners) + statistics
 
 
@@ -115,7 +115,7 @@ def _statistics(rows2d, scale, offset, epsilon, parallel):
                           coefficients[0].copy(), inv_std.astype(rows2d.dtype))
 
 
-def batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, parallel=None):
+def batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, parallel=SERIAL):
     """FusedBatchNormGrad in training of ``grad`` masked by ``relu_output >
     0`` first (ReluGrad) unless that is None: (dx, dscale, doffset), or None
     where the compiled kernels do not take the arrays::
@@ -149,13 +149,13 @@ def _sums(rows2d, shift, grad2d, relu2d, parallel):
     per_block = block_rows(count, channels)
     blocks = -(-count // per_block)
     partials = np.empty((blocks, 2, channels))
-    parts = _parts(parallel, blocks, rows2d.size)
+    parts = parallel.parts(blocks, rows2d.size)
 
     def add_blocks(part):
         first, stop = blocks * part // parts, blocks * (part + 1) // parts
         native.batch_norm_sums((count, channels, per_block, first, stop), rows2d, shift,
                                grad2d, relu2d, partials)
-    _run(parallel, add_blocks, parts)
+    parallel.run(add_blocks, parts)
     # NOTE: a reduction over the leading axis adds the blocks one after
     # another, in order (no pairwise regrouping that could depend on threads).
     return partials.sum(axis=0)
@@ -164,23 +164,11 @@ def _sums(rows2d, shift, grad2d, relu2d, parallel):
 def _over_rows(parallel, rows2d, apply):
     """``apply((rows, C, first, stop))`` over row ranges covering the rows."""
     count, channels = rows2d.shape
-    parts = _parts(parallel, count, rows2d.size)
+    parts = parallel.parts(count, rows2d.size)
 
     def rows_of(part):
         apply((count, channels, count * part // parts, count * (part + 1) // parts))
-    _run(parallel, rows_of, parts)
-
-
-def _parts(parallel, size, elements):
-    return 1 if parallel is None else max(1, parallel.parts(size, elements))
-
-
-def _run(parallel, work, parts):
-    if parallel is None or parts == 1:
-        for part in range(parts):
-            work(part)
-    else:
-        parallel.run(work, parts)
+    parallel.run(rows_of, parts)
 
 
 # -- the kernel table ------------------------------------------------------------------
@@ -199,10 +187,10 @@ def cpu_batch_norm_kernels(table, parallel):
 
     def train_grad(grad, relu_output, x, scale, mean, inv_std):
         return batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, parallel)
-    return batch_norm_chain_kernels(np, table, train, train_grad, takes_op=_one_dtype)
+    return batch_norm_chain_kernels(np, table, train, train_grad, takes_op=one_dtype)
 
 
-def _one_dtype(ctx):
+def one_dtype(ctx):
     """Whether all the op's outputs share one dtype (the compiled kernels
     write every output in the input's dtype)."""
     return len({np.dtype(dtype) for dtype in ctx.output_dtypes}) == 1
