@@ -308,6 +308,27 @@ def test_fused_batch_norm_matches_numpy(training, op_device, dtype, rng):
         np.testing.assert_allclose(value, want, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("relu", [False, True], ids=["plain", "relu"])
+def test_batch_norm_of_an_empty_batch_has_nan_statistics_and_zero_gradients(op_device, relu):
+    """TF's FusedBatchNorm on an empty batch: NaN batch mean and variance (no
+    error), and zero scale and offset gradients."""
+    with tf.device(op_device):
+        x = tf.placeholder(tf.float32, [None, 4, 4, 3])
+        scale, offset = tf.ones([3]), tf.zeros([3])
+        y, mean, variance = tf.nn.fused_batch_norm(x, scale, offset, is_training=True)
+        if relu:     # the fused batch norm + ReLU chain and its gradient
+            y = tf.nn.relu(y)
+        grads = tf.gradients(tf.reduce_sum(y * 2.0), [x, scale, offset])
+    with tf.Session() as session:
+        values = session.run([y, mean, variance] + grads,
+                             {x: np.zeros((0, 4, 4, 3), np.float32)})
+    y, mean, variance, dx, dscale, doffset = values
+    assert y.shape == dx.shape == (0, 4, 4, 3)
+    assert np.isnan(mean).all() and np.isnan(variance).all()
+    np.testing.assert_array_equal(dscale, np.zeros(3))
+    np.testing.assert_array_equal(doffset, np.zeros(3))
+
+
 @pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
 def test_fused_batch_norm_matches_torch(training, rng):
     torch = pytest.importorskip("torch")

@@ -115,6 +115,10 @@ def _batch_norm_kernels(xp):
         def batch_norm_grad(grad, x, scale, saved_mean, saved_inv_std, fed_training=None):
             mode, fed_training = _host_flag(xp, training, fed_training)
             rows, grad_rows = _rows(x), _rows(grad)
+            if rows.shape[0] == 0:     # TF: zero scale and offset gradients
+                dx, zeros = xp.zeros_like(x), xp.zeros(scale.shape, rows.dtype)
+                return tuple(out.astype(dtype, copy=False)
+                             for out, dtype in zip((dx, zeros, zeros), dtypes))
             centered = channel.apply(xp.subtract, rows, saved_mean.astype(rows.dtype))
             doffset = channel.column_sums(grad_rows)
             dscale = channel.column_sums(grad_rows * centered) * saved_inv_std
@@ -150,6 +154,11 @@ def _host_flag(xp, training, fed_training):
     return training, fed_training
 
 
+def _per_row(count):
+    """1 / count; NaN for an empty batch, which has no mean."""
+    return 1.0 / count if count else float("nan")
+
+
 def _bessel(count):
     """The factor from the biased batch variance to the unbiased one."""
     return count / max(count - 1, 1)
@@ -161,7 +170,7 @@ def _fed_moments(channel, rows, mean, variance, training):
     ``mean``/``variance`` otherwise, selected on the device (never read on the
     host). In training it is the same arithmetic as :func:`_batch_moments`."""
     xp, count = channel.xp, rows.shape[0]
-    per_row = 1.0 / count if count else float("nan")     # an empty batch has no mean
+    per_row = _per_row(count)
     batch_mean = channel.column_sums(rows) * per_row
     mean = xp.where(training, batch_mean, mean.astype(rows.dtype))
     centered = channel.apply(xp.subtract, rows, mean)
@@ -178,10 +187,12 @@ def _rows(x):
 
 
 def _batch_moments(channel, rows):
-    """(mean, rows - mean, biased variance) over the rows; two passes for accuracy."""
-    mean = channel.column_sums(rows) * (1.0 / rows.shape[0])
+    """(mean, rows - mean, biased variance) over the rows; two passes for accuracy.
+    An empty batch has NaN statistics, as TF's FusedBatchNorm gives."""
+    per_row = _per_row(rows.shape[0])
+    mean = channel.column_sums(rows) * per_row
     centered = channel.apply(channel.xp.subtract, rows, mean)
-    variance = channel.column_sums(centered * centered) * (1.0 / rows.shape[0])
+    variance = channel.column_sums(centered * centered) * per_row
     return mean, centered, variance
 
 
