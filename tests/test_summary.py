@@ -329,11 +329,12 @@ def test_tensorboard_option_is_refused_for_script_recipes(tmp_path):
 
 
 def test_only_rank_zero_writes_tensorboard_files(tmp_path):
-    from towerflow import training
+    from towerflow import training, training_rate
+    steps = training_rate.StepClock()
     others = types.SimpleNamespace(is_chief=False, learning_rate=0.1)
-    assert training._board(None, others, str(tmp_path)) is None
+    assert training._board(None, others, str(tmp_path), steps) is None
     chief = types.SimpleNamespace(is_chief=True, learning_rate=0.1)
-    board = training._board(None, chief, str(tmp_path))
+    board = training._board(None, chief, str(tmp_path), steps)
     assert board.learning_rate() == 0.1
     board.close()
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from towerflow import cli_train, curves, training, training_rate
+from towerflow import cli_train, training, training_rate
 from towerflow.recipes import get
 
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
@@ -19,22 +19,22 @@ EVALUATION, FIRST_STEP = 1000.0, 500.0     # seconds the fake clock jumps
 @pytest.fixture
 def slow_clock(monkeypatch):
     """The training clock, made to jump EVALUATION seconds in each evaluation and
-    FIRST_STEP seconds in the first step's bookkeeping (its loss recorded)."""
+    FIRST_STEP seconds at the end of the first step."""
     offset, first_step = [0.0], []
     monkeypatch.setattr(training_rate, "clock", lambda: time.perf_counter() + offset[0])
-    evaluate, add_step = training.evaluate, curves.Recorder.add_step
+    evaluate, step_done = training.evaluate, training_rate.StepClock.step_done
 
     def slow_evaluate(*args):
         offset[0] += EVALUATION
         return evaluate(*args)
 
-    def add_step_slow_at_first(self, *args):
+    def first_step_slow(self, *args):
         if not first_step:
             first_step.append(True)
             offset[0] += FIRST_STEP
-        return add_step(self, *args)
+        return step_done(self, *args)
     monkeypatch.setattr(training, "evaluate", slow_evaluate)
-    monkeypatch.setattr(curves.Recorder, "add_step", add_step_slow_at_first)
+    monkeypatch.setattr(training_rate.StepClock, "step_done", first_step_slow)
 
 
 def test_samples_per_sec_leaves_out_evaluation_and_the_first_step(slow_clock, no_gpu):
@@ -49,6 +49,21 @@ def test_samples_per_sec_leaves_out_evaluation_and_the_first_step(slow_clock, no
     counted = 28 * 64      # at least: 29 steps after the first, one of them ragged
     assert result["samples_per_sec"] >= counted / training_seconds
     assert result["step_ms"] / 1000 <= training_seconds
+
+
+def test_tensorboard_samples_per_sec_leaves_out_evaluation(slow_clock, no_gpu, tmp_path):
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    # rows of 10 steps; epoch 1 (23 steps) ends with a 1000 s evaluation
+    training.fit(get("digits"), ["/cpu:0"], batch_size=64, steps=40, quiet=True,
+                 log_every=10, tensorboard=str(tmp_path))
+    events = ea.EventAccumulator(str(tmp_path))
+    events.Reload()
+    rates = {event.step: event.value for event in events.Scalars("train/samples_per_sec")}
+    assert sorted(rates) == [10, 20, 30, 40]
+    # 10 steps of 64 in well under 1000 s each row; the first row holds the
+    # first step's 500 s
+    assert rates[10] < 640 / FIRST_STEP
+    assert all(rates[step] > 640 / EVALUATION for step in (20, 30, 40))
 
 
 def test_a_run_of_one_step_counts_that_step(no_gpu):

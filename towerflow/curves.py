@@ -20,7 +20,6 @@ mid-epoch reports the same epoch means as one never interrupted.
 import csv
 import math
 import os
-import time
 
 POINTS_PER_RUN = 50     # the step rows a run gets when --log-every is not given
 
@@ -161,22 +160,23 @@ class TensorBoardCurve:
     step: per step row ``train/loss``, ``train/accuracy`` (means over the
     row's samples), ``train/learning_rate`` (``learning_rate()``: the
     schedule's value at that step) and ``train/samples_per_sec`` (the row's
-    samples over the wall time since the previous row); per epoch
+    samples over the training time since the previous row: ``training_seconds()``
+    counts the steps' time only, not evaluation's or checkpoints'); per epoch
     ``epoch/loss``, ``epoch/train_accuracy`` and ``epoch/test_accuracy``.
 
-    >>> board = TensorBoardCurve("tb", lambda: 0.05)
+    >>> board = TensorBoardCurve("tb", lambda: 0.05, step_clock.training_seconds)
     >>> board.add("step", 4, means)         # means: a Means of the last 4 steps
     """
 
-    def __init__(self, directory, learning_rate):
+    def __init__(self, directory, learning_rate, training_seconds):
         from .api.file_writer import FileWriter
         self.writer = FileWriter(directory)
-        self.learning_rate = learning_rate
-        self.row_started = time.perf_counter()
+        self.learning_rate, self.training_seconds = learning_rate, training_seconds
+        self.row_started = training_seconds()
 
     def add(self, kind, step, means, test_accuracy=None):
         if kind == "step":
-            now = time.perf_counter()
+            now = self.training_seconds()
             rate = means.samples / (now - self.row_started) if now > self.row_started else 0.0
             self.row_started = now
             self._scalars(step, {"train/loss": means.loss, "train/accuracy": means.accuracy,

@@ -92,13 +92,14 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
             "the training samples": len(splits.train.labels)})
         sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
         curve_state = _start(sess, model, pipeline, saved)
+        steps = training_rate.StepClock()
         plan = _Model(total=total, record=record, checkpoint_dir=checkpoint_dir,
                       clock=run_control.CheckpointClock(checkpoint_every, checkpoint_secs),
                       quiet=quiet or not model.is_chief,
                       saved_path=checkpoint_prefix(saved.path) if saved is not None else None,
                       recorder=_recorder(model, pipeline, checkpoint_dir, log_every, total,
-                                         curve_state, _board(sess, model, tensorboard)),
-                      trace=(trace, trace_steps))
+                                         curve_state, _board(sess, model, tensorboard, steps)),
+                      trace=(trace, trace_steps), steps=steps)
         try:
             result = _train(sess, model, pipeline, splits, plan)
         finally:
@@ -171,14 +172,16 @@ def _learning_rate(optimizer):
     return optimizer._hyper_values().get("learning_rate")
 
 
-def _board(sess, model, directory):
-    """Rank 0's TensorBoard curve in ``directory``, or None."""
+def _board(sess, model, directory, steps):
+    """Rank 0's TensorBoard curve in ``directory``, or None; its samples/s are
+    of the training time ``steps`` (a training_rate.StepClock) counts."""
     if not directory or not model.is_chief:
         return None
     rate = model.learning_rate
     if rate is None or isinstance(rate, (int, float)):
-        return curves.TensorBoardCurve(directory, lambda: rate)
-    return curves.TensorBoardCurve(directory, lambda: float(sess.run(rate)))
+        return curves.TensorBoardCurve(directory, lambda: rate, steps.training_seconds)
+    return curves.TensorBoardCurve(directory, lambda: float(sess.run(rate)),
+                                   steps.training_seconds)
 
 
 def _loss(logits, labels, classes, label_smoothing):
@@ -224,7 +227,7 @@ def _train(sess, model, pipeline, splits, plan):
     step = first_step = int(sess.run(model.global_step))
     traces = StepTraces(*plan.trace, first_step, model.strategy)
     start, last_loss, test_accuracy = training_rate.clock(), None, None
-    steps, evaluation = training_rate.StepClock(), _Evaluation(sess, model, splits.test)
+    steps, evaluation = plan.steps, _Evaluation(sess, model, splits.test)
     hook, plan.saved_step = run_control.self_signal_hook(), first_step
     # NOTE: an OSError without a file name (the curve files' disk full, say)
     # names the checkpoint folder, which holds them; one context, not one a step.
@@ -240,8 +243,8 @@ def _train(sess, model, pipeline, splits, plan):
                     _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed,
                                                       **traces.run_options(step))
                     step += 1
+                    steps.step_done(len(labels))     # before the curve reads the time
                     means = recorder.add_step(last_loss, accuracy, len(labels))
-                    steps.step_done(len(labels))
                     bar.update(means.loss, means.accuracy, steps.running_rate())
                     run_control.maybe_signal_self(hook, step)
                     stop = run_control.agreed_stop(signals, model.strategy)

@@ -54,6 +54,10 @@ class StepClock:
         self._total_samples += samples
         self._mark = now
 
+    def training_seconds(self):
+        """The seconds of every step so far (training time only)."""
+        return self._total_seconds
+
     def running_rate(self):
         """Samples per second of training over every step so far (for the bar)."""
         seconds = self._total_seconds
