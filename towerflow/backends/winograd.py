@@ -87,11 +87,13 @@ def _filter_transform(window, points=(0, 1, -1, 2, -2), scales=(1 / 4, -1 / 6, -
 
 # Fewer input channels than min_channels make the 36 GEMMs too thin to win (a
 # first layer's 3 colour channels, say): im2col's single GEMM runs instead.
-# F(2x2, 5x5)'s was measured on 14x14 images, 64 output channels (see
-# benchmarks/winograd_5x5_threshold.py).
+# F(2x2, 5x5)'s transforms cost 4 times F(4x4, 3x3)'s per output: measured by
+# benchmarks/winograd_5x5_threshold.py (50 14x14 images, 64 output channels,
+# forward and both gradients on one thread, under load), im2col over Winograd
+# was 0.95-0.97x at 16 input channels, 1.12x at 20, 1.3x at 24, 1.4x at 32.
 ALGORITHMS = {
     3: Algorithm("F(4x4, 3x3)", 3, 4, _filter_transform(3), 16),
-    5: Algorithm("F(2x2, 5x5)", 5, 2, _filter_transform(5), 8),
+    5: Algorithm("F(2x2, 5x5)", 5, 2, _filter_transform(5), 20),
 }
 MIN_CHANNELS = ALGORITHMS[3].min_channels
 
