@@ -221,11 +221,11 @@ def kept_tiles(patches, grad, filter_shape):
     expected = (patch_rows(tiles, algorithm), algorithm.window ** 2 * channels) \
         if algorithm else None
     if patches.shape != expected:
+        tile_rows = f"{expected[0]} rows" if expected else "none for this filter"
         raise ValueError(f"Conv2DBackpropFilter: patches of shape {patches.shape} are "
                          f"neither im2col patches ({n * out_h * out_w} rows) nor Winograd "
-                         f"tiles ({expected[0] if expected else 'none for this filter'} "
-                         f"rows) for a gradient of shape {grad.shape} and a filter of "
-                         f"shape {tuple(filter_shape)}")
+                         f"tiles ({tile_rows}) for a gradient of shape {grad.shape} and a "
+                         f"filter of shape {tuple(filter_shape)}")
     return _tiles_in(patches, tiles, channels)
 
 
