@@ -65,8 +65,8 @@ def main():
         run = conv_step(x, w, grad)
         times = {"0": [], "1": []}
         for _ in range(args.rounds):
-            for flag in times:
-                times[flag].append(cpu_ms(run, flag))
+            for flag, samples in times.items():
+                samples.append(cpu_ms(run, flag))
         plain, fast = (statistics.median(times[flag]) for flag in "01")
         print(f"{channels:>8} {plain:>8.2f} {fast:>9.2f} {plain / fast:>6.2f}")
 
