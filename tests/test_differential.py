@@ -83,13 +83,18 @@ def thresholds_stack(x, rng):
     """14x14x3 in: input channels 3, 15 (< winograd.MIN_CHANNELS), 16, 17,
     24; Winograd outputs 12 (whole tiles) and 6 (a ragged tile), 3 (< a
     tile: im2col); stride 2; SAME and VALID; bias + ReLU (+ a 2x2 max pool:
-    the fused chain); no batch norm, so towers equal one device."""
+    the fused chain); no batch norm, so towers equal one device. 5x5
+    windows: F(2x2, 5x5) on 6x6 (whole tiles; 28 output channels, not whole
+    vectors: NumPy's GEMMs) and on 3x3 (a ragged tile; 24 outputs, whole
+    float64 vectors: the compiled GEMMs), 24 input channels (>= its 20)."""
     x = _conv(x, rng, 15, bias=True, relu=True)
     x = _conv(x, rng, 16, bias=True, relu=True)
     x = _conv(x, rng, 17, padding="VALID", bias=True, relu=True)              # 12x12
     x = tf.nn.max_pool(x, [1, 2, 2, 1], [1, 2, 2, 1], "VALID")               # 6x6
     x = _conv(x, rng, 24, bias=True, relu=True)
+    x = _conv(x, rng, 28, size=5, bias=True, relu=True)
     x = _conv(x, rng, 24, stride=2, relu=True)                               # 3x3
+    x = _conv(x, rng, 24, size=5, bias=True, relu=True)
     x = _conv(x, rng, 24, bias=True)
     return _dense(tf.reduce_mean(x, axis=[1, 2]), rng)
 
@@ -281,12 +286,13 @@ def test_gpu_fast_paths_train_like_the_cpu_plain_path(gpu_backend, probes, netwo
 # the thread pool off, as cpu_threads.split(N, parts) does; each part runs in
 # cache blocks of p images, p per layer (conv_blocks._images_per_cache_block:
 # 1 MiB / bytes of one image's patches, Winograd tiles or gradient tiles): in
-# float64 here p is 2, 4, 6, 7, 12, 14, 22, 23, 24, 25, 28, 36, 37 or 67. Each p is crossed by a part
-# of more than p images that ends in a ragged block (N % p != 0) and, where
-# 2p <= 70, by one of whole blocks only; 1, 2, 3 and 5 give fewer images than
-# parts and uneven parts. The list was chosen greedily from these rules;
-# test_batch_sizes_cross_every_boundary recomputes p and checks it.
-BATCH_SIZES = (1, 2, 3, 5, 44, 46, 48, 50, 56, 70)
+# float64 here p is 2, 4, 6, 7, 12, 14, 18, 22, 23, 24, 25, 28, 36, 37, 57 or
+# 67. Each p is crossed by a part of more than p images that ends in a ragged
+# block (N % p != 0) and, where 2p <= 70, by one of whole blocks only (36 for
+# p = 18, F(2x2, 5x5)'s gradient tiles, with the pool off); 1, 2, 3 and 5 give
+# fewer images than parts and uneven parts. The list was chosen greedily from
+# these rules; test_batch_sizes_cross_every_boundary recomputes p and checks it.
+BATCH_SIZES = (1, 2, 3, 5, 36, 44, 46, 48, 50, 56, 70)
 
 
 @pytest.mark.parametrize("batch", BATCH_SIZES)

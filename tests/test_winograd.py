@@ -104,7 +104,8 @@ def test_threads_give_the_same_bits_on_every_run(pool):
 @pytest.mark.parametrize("what, x_shape, w_shape, strides", [
     ("too few input channels", (2, 8, 8, 15), (3, 3, 15, 16), (1, 1)),
     ("stride 2", (2, 8, 8, 16), (3, 3, 16, 16), (2, 2)),
-    ("a 5x5 window", (2, 8, 8, 16), (5, 5, 16, 16), (1, 1)),
+    ("a 7x7 window", (2, 8, 8, 16), (7, 7, 16, 16), (1, 1)),
+    ("a 3x5 window", (2, 8, 8, 16), (3, 5, 16, 16), (1, 1)),
     ("a 2x3 output", (2, 2, 3, 16), (3, 3, 16, 16), (1, 1)),
 ])
 def test_other_convolutions_keep_im2col_patches(what, x_shape, w_shape, strides):
@@ -187,7 +188,7 @@ def test_filter_gradient_names_patches_of_the_wrong_size():
     grad = np.zeros((2, 8, 8, 4), np.float32)
     with pytest.raises(ValueError, match=r"neither im2col patches \(128 rows\) nor Winograd "
                                          r"tiles \(32 rows\)"):
-        winograd.kept_tiles(np.zeros((30, 9 * 16), np.float32), grad)
+        winograd.kept_tiles(np.zeros((30, 9 * 16), np.float32), grad, (3, 3, 16, 4))
 
 
 def small_cnn(images, classes, convs, pool):

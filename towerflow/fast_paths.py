@@ -57,7 +57,8 @@ FAST_PATHS = (
              "compiled window kernels (_native.c): im2col, col2im, max pool, Winograd",
              "towerflow.backends.native:_compiled.im2col"),
     FastPath("winograd", "TOWERFLOW_WINOGRAD", "1", "0",
-             "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 channels",
+             "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 input "
+             "channels, F(2x2, 5x5) for stride-1 5x5 ones of >= 20",
              "towerflow.backends.winograd:WinogradConv.__call__"),
     FastPath("fusion", "TOWERFLOW_FUSION", "1", "0",
              "fused kernel chains: conv + bias (+ ReLU (+ max pool)), pool grad + ReLU "

@@ -269,9 +269,12 @@ typedef struct {
     Py_ssize_t oh, ow;        /* output [N, OH, OW, *] */
     Py_ssize_t first_tile;    /* where these images' tiles start in each of the 36 planes */
     Py_ssize_t plane_tiles;   /* tiles per plane of the transformed array */
+    Py_ssize_t tile;          /* outputs per tile side: 4 (F(4x4, 3x3)) or 2 (F(2x2, 5x5)) */
 } WinogradGeometry;
 
-#define TILES_OF(size) ((size) / 4 + ((size) % 4 != 0))   /* no overflow near the max */
+/* Tiles of `tile` outputs covering `size` outputs (no overflow near the max). */
+#define TILES_OF(size, tile) ((size) / (tile) + ((size) % (tile) != 0))
+#define WINOGRAD_TILE(tile) ((tile) == 4 || (tile) == 2)    /* the two algorithms' */
 
 /* r = B^T d along one axis, channel by channel: d and r are 6 vectors of cb. */
 #define B_T(T, d, r, cb)                                                                \
@@ -339,7 +342,8 @@ static void load_tile_##SUFFIX(const T *restrict image, Py_ssize_t height,      
 CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
                                     const WinogradGeometry *g)                          \
 {                                                                                       \
-    const Py_ssize_t c = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
+    const Py_ssize_t c = g->c, th = TILES_OF(g->oh, g->tile);                           \
+    const Py_ssize_t tw = TILES_OF(g->ow, g->tile);                                     \
     const Py_ssize_t plane = c;         /* from one term to the next */                 \
     u += g->first_tile * 36 * c;                                                        \
     for (Py_ssize_t img = 0; img < g->n; img++)                                         \
@@ -349,7 +353,7 @@ CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict 
         const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
         const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
         T d[6][6][BLOCK], t[6][6][BLOCK];                                               \
-        const Py_ssize_t row0 = ty * 4 - g->top, col0 = tx * 4 - g->left;               \
+        const Py_ssize_t row0 = ty * g->tile - g->top, col0 = tx * g->tile - g->left;   \
         const T *image = x + img * g->h * g->w * c + c0;                                \
         if (row0 >= 0 && col0 >= 0 && row0 + 6 <= g->h && col0 + 6 <= g->w) {          \
             /* inside the image: read the window in place, no copy */                   \
@@ -372,15 +376,21 @@ CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict 
             B_T(T, T_ROW, U_ROW, cb)                                                    \
         }                                                                               \
     }                                                                                   \
-}                                                                                       \
-                                                                                        \
-/* v[N * TH * TW, 36, O] = A e A^T of every 4x4 tile e of the output gradient           \
- * (zeros past its edge): the filter gradient of a tile is G^T [(A e A^T) *             \
- * (B^T d B)] G, the forward pass's transpose. */                                       \
-CPU_CLONES static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *restrict v,         \
-                                         const WinogradGeometry *g)                     \
+}
+
+/* The output side of a tile of TILE x TILE outputs (TILE 4: F(4x4, 3x3), whose
+ * transforms are A_T and A_; TILE 2: F(2x2, 5x5), with A2_T and A2_): FUNCTIONS
+ * names the pair, e.g. f32_t4. The input side, winograd_input, is the same for
+ * both (the same 6x6 B^T), only its tile step differs. */
+#define DEFINE_WINOGRAD_TILES(T, FUNCTIONS, SUFFIX, TILE, AT_OF, A_OF)                  \
+/* v[N * TH * TW, 36, O] = A e A^T of every TILE x TILE tile e of the output            \
+ * gradient (zeros past its edge): the filter gradient of a tile is G^T [(A e           \
+ * A^T) * (B^T d B)] G, the forward pass's transpose. */                                \
+CPU_CLONES static void winograd_grad_tiles_##FUNCTIONS(const T *restrict grad,          \
+                                                      T *restrict v,                    \
+                                                      const WinogradGeometry *g)        \
 {                                                                                       \
-    const Py_ssize_t o = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
+    const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
     const Py_ssize_t plane = o;         /* from one term to the next */                 \
     for (Py_ssize_t img = 0; img < g->n; img++)                                         \
     for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
@@ -388,47 +398,47 @@ CPU_CLONES static void winograd_grad_tiles_##SUFFIX(const T *restrict grad, T *r
     for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
         const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
         const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
-        T e[4][4][BLOCK], t[6][4][BLOCK];                                               \
+        T e[TILE][TILE][BLOCK], t[6][TILE][BLOCK];                                      \
         load_tile_##SUFFIX(grad + img * g->oh * g->ow * o + c0, g->oh, g->ow, o,        \
-                           ty * 4, tx * 4, 4, cb, &e[0][0][0]);                         \
-        for (int j = 0; j < 4; j++) {                                                   \
+                           ty * TILE, tx * TILE, TILE, cb, &e[0][0][0]);                \
+        for (int j = 0; j < TILE; j++) {                                                \
             _Pragma("GCC ivdep")                                                        \
-            A_(T, E_COL, TE_COL, cb)                                                    \
+            A_OF(T, E_COL, TE_COL, cb)                                                  \
         }                                                                               \
         for (int i = 0; i < 6; i++) {                                                   \
             T *out = v + tile * 36 * o + (i * 6) * plane + c0;                          \
             _Pragma("GCC ivdep")                                                        \
-            A_(T, TE_ROW, U_ROW, cb)                                                    \
+            A_OF(T, TE_ROW, U_ROW, cb)                                                  \
         }                                                                               \
     }                                                                                   \
 }                                                                                       \
                                                                                         \
-/* y[N, OH, OW, O] = A^T m A of every tile, m[N * TH * TW, 36, O] (the GEMMs'   \
- * output); a tile's rows and columns past the output's edge are dropped. */       \
-CPU_CLONES static void winograd_output_##SUFFIX(const T *restrict m, T *restrict y,                \
-                                     const WinogradGeometry *g)                         \
+/* y[N, OH, OW, O] = A^T m A of every tile, m[N * TH * TW, 36, O] (the GEMMs'           \
+ * output); a tile's rows and columns past the output's edge are dropped. */            \
+CPU_CLONES static void winograd_output_##FUNCTIONS(const T *restrict m, T *restrict y,  \
+                                                  const WinogradGeometry *g)            \
 {                                                                                       \
-    const Py_ssize_t o = g->c, th = TILES_OF(g->oh), tw = TILES_OF(g->ow);              \
+    const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
     const Py_ssize_t plane = o;         /* from one term to the next */                 \
     for (Py_ssize_t img = 0; img < g->n; img++)                                         \
     for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
     for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
-    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                     \
+    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
         const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
         const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
-        T t[4][6][BLOCK], r[4][4][BLOCK];                                               \
+        T t[TILE][6][BLOCK], r[TILE][TILE][BLOCK];                                      \
         for (int j = 0; j < 6; j++) {                                                   \
             const T *in = m + tile * 36 * o + j * plane + c0;                           \
             _Pragma("GCC ivdep")                                                        \
-            A_T(T, M_COL, TM_COL, cb)                                                   \
+            AT_OF(T, M_COL, TM_COL, cb)                                                 \
         }                                                                               \
-        for (int i = 0; i < 4; i++) {                                                   \
+        for (int i = 0; i < TILE; i++) {                                                \
             _Pragma("GCC ivdep")                                                        \
-            A_T(T, TM_ROW, R_ROW, cb)                                                   \
+            AT_OF(T, TM_ROW, R_ROW, cb)                                                 \
         }                                                                               \
-        for (int i = 0; i < 4 && ty * 4 + i < g->oh; i++)                               \
-            for (int j = 0; j < 4 && tx * 4 + j < g->ow; j++) {                         \
-                T *p = y + ((img * g->oh + ty * 4 + i) * g->ow + tx * 4 + j) * o + c0;  \
+        for (int i = 0; i < TILE && ty * TILE + i < g->oh; i++)                         \
+            for (int j = 0; j < TILE && tx * TILE + j < g->ow; j++) {                   \
+                T *p = y + ((img * g->oh + ty * TILE + i) * g->ow + tx * TILE + j) * o + c0; \
                 for (Py_ssize_t ch = 0; ch < cb; ch++)                                  \
                     p[ch] = r[i][j][ch];                                                \
             }                                                                           \
@@ -452,6 +462,39 @@ CPU_CLONES static void winograd_output_##SUFFIX(const T *restrict m, T *restrict
 
 DEFINE_WINOGRAD(float, f32)
 DEFINE_WINOGRAD(double, f64)
+DEFINE_WINOGRAD_TILES(float, f32_t4, f32, 4, A_T, A_)
+DEFINE_WINOGRAD_TILES(double, f64_t4, f64, 4, A_T, A_)
+
+/* -- Winograd F(2x2, 5x5) ------------------------------------------------------------ */
+
+/* A stride-1 5x5 convolution in tiles of 2x2 outputs, with the interpolation
+ * points of F(4x4, 3x3) (0, 1, -1, 2, -2 and infinity): n = m + r - 1 = 6 again,
+ * so the input transform B^T and the 36 GEMMs are F(4x4, 3x3)'s; the tiles step
+ * by 2 (their 6x6 windows overlap by 4), A^T is 2x6 (the points' powers 0 and
+ * 1) and G 6x5 (winograd.py). 36 multiplies per 4 outputs instead of 100. */
+
+/* y = A^T m along one axis: m is 6 vectors of cb, y 2. */
+#define A2_T(T, m, y, cb)                                                               \
+    for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
+        const T m0 = m(0), m1 = m(1), m2 = m(2), m3 = m(3), m4 = m(4), m5 = m(5);        \
+        y(0) = m0 + (m1 + m2) + (m3 + m4);                                              \
+        y(1) = (m1 - m2) + 2 * (m3 - m4) + m5;                                          \
+    }
+
+/* t = A e along one axis: e is 2 vectors of cb, t 6. */
+#define A2_(T, e, t, cb)                                                                \
+    for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
+        const T e0 = e(0), e1 = e(1), two1 = 2 * e1;                                   \
+        t(0) = e0;                                                                      \
+        t(1) = e0 + e1;                                                                 \
+        t(2) = e0 - e1;                                                                 \
+        t(3) = e0 + two1;                                                               \
+        t(4) = e0 - two1;                                                               \
+        t(5) = e1;                                                                      \
+    }
+
+DEFINE_WINOGRAD_TILES(float, f32_t2, f32, 2, A2_T, A2_)
+DEFINE_WINOGRAD_TILES(double, f64_t2, f64, 2, A2_T, A2_)
 
 /* -- Winograd's 36 GEMMs -------------------------------------------------------------- */
 
@@ -1148,20 +1191,22 @@ static PyObject *py_winograd_input(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *shape, *x_obj, *u_obj;
-    WinogradGeometry g;
+    WinogradGeometry g = {.tile = 4};
     if (!PyArg_ParseTuple(args, "O!OO:winograd_input", &PyTuple_Type, &shape, &x_obj, &u_obj)
-        || !PyArg_ParseTuple(shape, "nnnnnnnnnn", &g.n, &g.h, &g.w, &g.c, &g.top, &g.left,
-                             &g.oh, &g.ow, &g.first_tile, &g.plane_tiles))
+        || !PyArg_ParseTuple(shape, "nnnnnnnnnn|n", &g.n, &g.h, &g.w, &g.c, &g.top, &g.left,
+                             &g.oh, &g.ow, &g.first_tile, &g.plane_tiles, &g.tile))
         return NULL;
     Py_ssize_t tiles = 0;
     if (g.n < 0 || g.h < 0 || g.w < 0 || g.c < 0 || g.top < 0 || g.left < 0 || g.oh < 0
-        || g.ow < 0 || g.first_tile < 0 || g.plane_tiles < 0
-        || product_of(SIZES(g.n, TILES_OF(g.oh), TILES_OF(g.ow)), "tiles", &tiles) < 0
+        || g.ow < 0 || g.first_tile < 0 || g.plane_tiles < 0 || !WINOGRAD_TILE(g.tile)
+        || product_of(SIZES(g.n, TILES_OF(g.oh, g.tile), TILES_OF(g.ow, g.tile)), "tiles",
+                      &tiles) < 0
         || g.first_tile > g.plane_tiles - tiles) {
         PyErr_Clear();
         PyErr_SetString(PyExc_ValueError,
-                        "geometry (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles): "
-                        "sizes must be >= 0 and the images' tiles within a plane");
+                        "geometry (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles[, "
+                        "tile]): sizes must be >= 0, the images' tiles within a plane and "
+                        "the tile 4 (F(4x4, 3x3)) or 2 (F(2x2, 5x5))");
         return NULL;
     }
     char kind = float_kind(x_obj, "x");
@@ -1184,17 +1229,32 @@ static PyObject *py_winograd_input(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* Between the 4x4 tiles of an [N, OH, OW, O] array y and their transformed
- * [tiles, 36, O] m: A^T m A into y (to_tiles 0), A y A^T into m (1). */
+/* F(2x2, 5x5)'s side of convert_output_tiles. */
+static void convert_tiles_t2(int to_tiles, char kind, void *m, void *y,
+                             const WinogradGeometry *g)
+{
+    if (to_tiles && kind == 'f')
+        winograd_grad_tiles_f32_t2(y, m, g);
+    else if (to_tiles)
+        winograd_grad_tiles_f64_t2(y, m, g);
+    else if (kind == 'f')
+        winograd_output_f32_t2(m, y, g);
+    else
+        winograd_output_f64_t2(m, y, g);
+}
+
+/* Between the tiles (4x4 or 2x2) of an [N, OH, OW, O] array y and their
+ * transformed [tiles, 36, O] m: A^T m A into y (to_tiles 0), A y A^T into m (1). */
 static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
 {
     PyObject *shape, *m_obj, *y_obj;
-    WinogradGeometry g = {0};
+    WinogradGeometry g = {.tile = 4};
     if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &shape, &m_obj, &y_obj)
-        || !PyArg_ParseTuple(shape, "nnnn", &g.n, &g.oh, &g.ow, &g.c))
+        || !PyArg_ParseTuple(shape, "nnnn|n", &g.n, &g.oh, &g.ow, &g.c, &g.tile))
         return NULL;
-    if (g.n < 0 || g.oh < 0 || g.ow < 0 || g.c < 0) {
-        PyErr_SetString(PyExc_ValueError, "geometry (n, oh, ow, o): sizes must be >= 0");
+    if (g.n < 0 || g.oh < 0 || g.ow < 0 || g.c < 0 || !WINOGRAD_TILE(g.tile)) {
+        PyErr_SetString(PyExc_ValueError, "geometry (n, oh, ow, o[, tile]): sizes must be "
+                        ">= 0 and the tile 4 (F(4x4, 3x3)) or 2 (F(2x2, 5x5))");
         return NULL;
     }
     char kind = float_kind(y_obj, "y");
@@ -1203,20 +1263,22 @@ static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
     Views views = {.held = 0};
     void *m, *y;
     if (take(&views, m_obj, to_tiles, kind,
-             SIZES(g.n, TILES_OF(g.oh), TILES_OF(g.ow), 36, g.c), "m", &m) < 0
+             SIZES(g.n, TILES_OF(g.oh, g.tile), TILES_OF(g.ow, g.tile), 36, g.c), "m", &m) < 0
         || take(&views, y_obj, !to_tiles, kind, SIZES(g.n, g.oh, g.ow, g.c), "y", &y) < 0) {
         release_all(&views);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    if (to_tiles && kind == 'f')
-        winograd_grad_tiles_f32(y, m, &g);
+    if (g.tile == 2)
+        convert_tiles_t2(to_tiles, kind, m, y, &g);
+    else if (to_tiles && kind == 'f')
+        winograd_grad_tiles_f32_t4(y, m, &g);
     else if (to_tiles)
-        winograd_grad_tiles_f64(y, m, &g);
+        winograd_grad_tiles_f64_t4(y, m, &g);
     else if (kind == 'f')
-        winograd_output_f32(m, y, &g);
+        winograd_output_f32_t4(m, y, &g);
     else
-        winograd_output_f64(m, y, &g);
+        winograd_output_f64_t4(m, y, &g);
     Py_END_ALLOW_THREADS
     release_all(&views);
     Py_RETURN_NONE;
@@ -1356,13 +1418,13 @@ static PyMethodDef methods[] = {
      "pooled > 0 unless pooled is None) to its first maximum in dx; zeros elsewhere."},
     {"winograd_input", py_winograd_input, METH_VARARGS,
      "winograd_input(geometry, x, u): u[plane_tiles, 36, C] (from first_tile on) = B^T d B "
-     "of each 4x4-output tile's 6x6 window of the NHWC x (Winograd F(4x4, 3x3); zeros "
-     "outside x)."},
+     "of each 4x4- (or 2x2-) output tile's 6x6 window of the NHWC x (Winograd F(4x4, 3x3) "
+     "or F(2x2, 5x5); zeros outside x)."},
     {"winograd_output", py_winograd_output, METH_VARARGS,
      "winograd_output(geometry, m, y): y[N, OH, OW, O] = A^T m A of each tile of "
      "m[tiles, 36, O], cropped to the output."},
     {"winograd_grad_tiles", py_winograd_grad_tiles, METH_VARARGS,
-     "winograd_grad_tiles(geometry, v, grad): v[tiles, 36, O] = A e A^T of each 4x4 tile e "
+     "winograd_grad_tiles(geometry, v, grad): v[tiles, 36, O] = A e A^T of each tile e "
      "of the NHWC output gradient (zeros past its edge), for the filter gradient."},
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(geometry, a, b, c): c = a @ b, or a^T @ b (the register-blocked kernel of "

@@ -1,6 +1,6 @@
 """Convolutions on the compiled path (native.py), in blocks of images that fit
 in a core's cache, each thread taking its part of the batch: im2col then one
-GEMM per block, or Winograd for stride-1 3x3 windows (winograd.py); the
+GEMM per block, or Winograd for stride-1 3x3 and 5x5 windows (winograd.py); the
 input gradient as one wide GEMM per block then col2im, or Winograd; the
 filter gradient from Winograd's kept input tiles. nn_kernels.py chooses
 these where native.float_arrays accepts the arrays (C-contiguous float32 or
@@ -36,12 +36,12 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
     dtype = xp.result_type(x, w2d)
     y = xp.empty((n * rows_per_image, width), dtype) if keep_product else None
     fast = _winograd_forward(x, w2d, lay)
-    # Winograd keeps its transformed inputs for the filter gradient instead
-    # of the patches (see winograd.as_patches)
-    kept = fast.kept_inputs(n) if fast is not None and keep_patches else None
-    patches = None if not keep_patches else \
-        xp.empty((n * rows_per_image, depth), x.dtype) if kept is None else \
-        winograd.as_patches(kept, (lay.window[0], lay.window[1], x.shape[3]))
+    # Winograd keeps its transformed inputs for the filter gradient in the
+    # patches output instead of im2col's patches (see WinogradConv.kept_inputs)
+    patches, kept = fast.kept_inputs(n) if fast is not None and keep_patches else \
+        (None, None)
+    if keep_patches and kept is None:
+        patches = xp.empty((n * rows_per_image, depth), x.dtype)
     per_block = _images_per_cache_block(
         rows_per_image * depth * x.itemsize if fast is None else fast.bytes_per_image())
     ranges = split(n, parts)
@@ -77,7 +77,7 @@ def _winograd_forward(x, w2d, lay):
     if not winograd.applies(x, w2d, lay, channels, lay.out_h, lay.out_w):
         return None
     top, _, left, _ = lay.pads
-    return winograd.WinogradConv(w2d.reshape(3, 3, channels, -1), top, left,
+    return winograd.WinogradConv(w2d.reshape(tuple(lay.window) + (channels, -1)), top, left,
                                  lay.out_h, lay.out_w)
 
 
@@ -105,7 +105,7 @@ def matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
 
 
 def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
-    """dx of a stride-1 3x3 convolution as the Winograd convolution of the
+    """dx of a stride-1 3x3 or 5x5 convolution as the Winograd convolution of the
     output gradient (see WinogradConv.for_input_gradient), in cache blocks of
     images, each written straight into its slice of dx."""
     n = x_shape[0]
@@ -131,8 +131,8 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
 # 64- and 128-channel layers).
 
 
-def winograd_filter_gradient(parallel, kept, grad):
-    """dW [3, 3, C, O] from the ``kept`` Winograd inputs [tiles, 36, C] of the
+def winograd_filter_gradient(parallel, kept, grad, algorithm):
+    """dW [K, K, C, O] from the ``kept`` Winograd inputs [tiles, 36, C] of the
     forward pass and the output gradient: each block of images adds its tile
     products, the threads' sums are added in part order (a fixed order),
     then one filter transform (see winograd.py)."""
@@ -140,20 +140,21 @@ def winograd_filter_gradient(parallel, kept, grad):
     n = grad.shape[0]
     flops = kept.shape[0] * kept.shape[1] * kept.shape[2] * grad.shape[3]
     ranges = split(n, parallel.compiled_parts(n, flops))
-    per_block = _images_per_cache_block(winograd.grad_bytes_per_image(grad))
+    per_block = _images_per_cache_block(winograd.grad_bytes_per_image(grad, algorithm))
     sums = [None] * len(ranges)
 
     def part(index):
         first, last = ranges[index]
-        workspace = winograd.grad_workspace(grad, min(per_block, last - first))
+        workspace = winograd.grad_workspace(grad, min(per_block, last - first), algorithm)
         sums[index] = np.zeros((winograd.TERMS, kept.shape[2], grad.shape[3]), grad.dtype)
         for start, stop in _cache_blocks(first, last, per_block):
-            winograd.add_tile_products(kept, grad[start:stop], start, workspace, sums[index])
+            winograd.add_tile_products(kept, grad[start:stop], start, workspace, sums[index],
+                                       algorithm)
     _run_parts(parallel, part, len(ranges), flops)
     total = sums[0]
     for value in sums[1:]:
         total += value
-    return winograd.filter_gradient(total)
+    return winograd.filter_gradient(total, algorithm)
 
 
 def _matmul(xp, a, b, out):

@@ -77,35 +77,37 @@ def col2im(patches, lay, dx):
     return True
 
 
-def winograd_input(x, top, left, out_h, out_w, u, first_tile=0):
+def winograd_input(x, top, left, out_h, out_w, u, first_tile=0, tile=4):
     """u[tiles, 36, C] (from tile ``first_tile`` on) = B^T d B of the 6x6
-    window d of each 4x4 tile of ``out_h`` x ``out_w`` outputs of the images
-    ``x`` (Winograd F(4x4, 3x3), see winograd.py; output (r, q) reads from
-    row r - top, column q - left; zeros outside ``x``); False if the compiled
-    kernel does not apply."""
+    window d of each ``tile`` x ``tile`` tile of ``out_h`` x ``out_w`` outputs
+    of the images ``x`` (Winograd F(4x4, 3x3) with tile 4, F(2x2, 5x5) with
+    tile 2, see winograd.py; output (r, q) reads from row r - top, column q -
+    left; zeros outside ``x``); False if the compiled kernel does not apply."""
     if not (accepts(x, u) and x.ndim == 4 and u.ndim == 3 and _same_floats(x, u)):
         return False
     _compiled.winograd_input(tuple(x.shape) + (top, left, out_h, out_w, first_tile,
-                                               u.shape[0]), x, u)
+                                               u.shape[0], tile), x, u)
     return True
 
 
-def winograd_grad_tiles(grad, v):
-    """v[tiles, 36, O] = A e A^T of each 4x4 tile e of the images' output
-    gradient ``grad`` [N, OH, OW, O] (zeros past its edge), for the filter
-    gradient (see winograd.py); False if the compiled kernel does not apply."""
+def winograd_grad_tiles(grad, v, tile=4):
+    """v[tiles, 36, O] = A e A^T of each ``tile`` x ``tile`` tile e of the
+    images' output gradient ``grad`` [N, OH, OW, O] (zeros past its edge),
+    for the filter gradient (see winograd.py); False if the compiled kernel
+    does not apply."""
     if not (accepts(grad, v) and grad.ndim == 4 and _same_floats(grad, v)):
         return False
-    _compiled.winograd_grad_tiles(tuple(grad.shape), v, grad)
+    _compiled.winograd_grad_tiles(tuple(grad.shape) + (tile,), v, grad)
     return True
 
 
-def winograd_output(m, shape, y):
-    """y (``shape`` [N, OH, OW, O]) = A^T m A of each tile of m[tiles, 36, O],
-    cropped to the output; False if the compiled kernel does not apply."""
+def winograd_output(m, shape, y, tile=4):
+    """y (``shape`` [N, OH, OW, O]) = A^T m A of each ``tile`` x ``tile`` tile
+    of m[tiles, 36, O], cropped to the output; False if the compiled kernel
+    does not apply."""
     if not (accepts(m, y) and _same_floats(m, y)):
         return False
-    _compiled.winograd_output(tuple(shape), m, y)
+    _compiled.winograd_output(tuple(shape) + (tile,), m, y)
     return True
 
 

@@ -15,7 +15,7 @@ col2im read or write each tap as one strided slice of the input clipped to
 its real (non-padding) cells; im2col copies one as_strided window view.
 Given a CPU pool (``build_nn_kernels(np, pool)``, see :mod:`.cpu_threads`),
 convolutions and pooling work on blocks of the batch's images in parallel.
-Where the compiled kernels run (native.py), stride-1 3x3 convolutions of
+Where the compiled kernels run (native.py), stride-1 3x3 and 5x5 convolutions of
 enough channels are Winograd's (winograd.py), and ``patches`` are then its
 transformed input tiles.
 """
@@ -97,9 +97,10 @@ def _conv_kernels(xp, parallel):
         filter_shape = tuple(ctx.attrs["filter_shape"])
 
         def grad_filter(patches, grad):
-            kept = winograd.kept_tiles(patches, grad)
+            kept = winograd.kept_tiles(patches, grad, filter_shape)
             if kept is not None:    # the forward pass ran as Winograd
-                dw = conv_blocks.winograd_filter_gradient(parallel, kept, grad)
+                dw = conv_blocks.winograd_filter_gradient(
+                    parallel, kept, grad, winograd.algorithm_for(filter_shape))
                 return dw.reshape(filter_shape)
             grad2d = grad.reshape(-1, grad.shape[-1])
             return matmul_over_rows(xp, parallel, patches, grad2d).reshape(filter_shape)
