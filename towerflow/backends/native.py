@@ -210,3 +210,12 @@ def batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx):
 def batch_norm_pool(geometry, x, coefficients, out, code):
     """MaxPool (tiled windows) of relu((x - mean) * gain + offset) into ``out``, ``code``."""
     _compiled.batch_norm_pool(geometry, x, coefficients, out, code)
+
+
+# -- optimizer updates (see native_updates.py) -------------------------------------------
+
+
+def apply_update(kind, geometry, scalars, var, slot_a, slot_b, grad):
+    """One optimizer's in-place update of elements [first, stop) of ``var``
+    (geometry (size, first, stop); _native.c's apply_update)."""
+    _compiled.apply_update(kind, geometry, scalars, var, slot_a, slot_b, grad)
