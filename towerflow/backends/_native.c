@@ -1457,41 +1457,80 @@ DEFINE_UPDATES(double, __builtin_sqrt, f64)
 #pragma GCC pop_options
 #endif
 
+/* A view of obj for an update (NULL for None): 0 with *data set, 1 if obj is not a
+ * C-contiguous buffer of `kind` (0: float32 or float64) shaped as `like` (then the
+ * update is not taken: no error is left set), -1 on an error. */
+static int take_for_update(Views *views, PyObject *obj, int writable, char kind,
+                           const Py_buffer *like, void **data)
+{
+    *data = NULL;
+    if (obj == Py_None)
+        return 0;
+    Py_buffer *view = &views->views[views->held];
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        /* not a buffer (TypeError), not C-contiguous (BufferError), read-only
+         * (NumPy's ValueError): NumPy's chain runs, and says what is wrong */
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)
+            && !PyErr_ExceptionMatches(PyExc_BufferError)
+            && !PyErr_ExceptionMatches(PyExc_ValueError))
+            return -1;
+        PyErr_Clear();
+        return 1;
+    }
+    views->held++;
+    *data = view->buf;
+    const char got = kind_of(view);
+    int same = (kind ? got == kind : got == 'f' || got == 'd') && (like == NULL || (view->ndim == like->ndim
+                                                          && view->len == like->len));
+    for (int i = 0; same && like && i < like->ndim; i++)
+        same = view->shape[i] == like->shape[i];
+    return same ? 0 : 1;
+}
+
 static PyObject *py_apply_update(PyObject *self, PyObject *args)
 {
     (void)self;
     int kind;
-    Py_ssize_t size, first, stop;
+    Py_ssize_t part, parts;
     double s[5];
     PyObject *var_obj, *slot_a_obj, *slot_b_obj, *grad_obj;
-    if (!PyArg_ParseTuple(args, "i(nnn)(ddddd)OOOO:apply_update", &kind, &size, &first,
-                          &stop, &s[0], &s[1], &s[2], &s[3], &s[4], &var_obj, &slot_a_obj,
-                          &slot_b_obj, &grad_obj))
+    if (!PyArg_ParseTuple(args, "i(ddddd)OOOOnn:apply_update", &kind, &s[0], &s[1], &s[2],
+                          &s[3], &s[4], &var_obj, &slot_a_obj, &slot_b_obj, &grad_obj,
+                          &part, &parts))
         return NULL;
-    if (kind < 0 || kind >= UPDATE_KINDS || size < 0 || first < 0 || first > stop
-        || stop > size) {
-        PyErr_Format(PyExc_ValueError, "apply_update: kind %d (expected 0..%d) or range "
-                     "[%zd, %zd) not within %zd elements", kind, UPDATE_KINDS - 1, first,
-                     stop, size);
-        return NULL;
-    }
-    int slots = update_slots[kind];
-    if ((slot_a_obj == Py_None) != (slots < 1) || (slot_b_obj == Py_None) != (slots < 2)) {
-        PyErr_Format(PyExc_ValueError, "apply_update: update %d takes %d slots", kind, slots);
+    if (kind < 0 || kind >= UPDATE_KINDS || parts < 1 || part < 0 || part >= parts
+        || var_obj == Py_None || grad_obj == Py_None
+        || (slot_a_obj == Py_None) != (update_slots[kind] < 1)
+        || (slot_b_obj == Py_None) != (update_slots[kind] < 2)) {
+        PyErr_Format(PyExc_ValueError, "apply_update: kind %d (expected 0..%d, with its "
+                     "slots), part %zd of %zd", kind, UPDATE_KINDS - 1, part, parts);
         return NULL;
     }
-    char type = float_kind(var_obj, "var");
-    if (!type)
-        return NULL;
     Views views = {.held = 0};
     void *var, *slot_a, *slot_b, *grad;
-    if (take(&views, var_obj, 1, type, SIZES(size), "var", &var) < 0
-        || take(&views, slot_a_obj, 1, type, SIZES(size), "slot", &slot_a) < 0
-        || take(&views, slot_b_obj, 1, type, SIZES(size), "slot", &slot_b) < 0
-        || take(&views, grad_obj, 0, type, SIZES(size), "grad", &grad) < 0) {
+    int taken = take_for_update(&views, var_obj, 1, 0, NULL, &var);
+    const Py_buffer *like = views.held ? &views.views[0] : NULL;
+    const char type = like ? kind_of(like) : 0;
+    if (taken == 0)
+        taken = take_for_update(&views, slot_a_obj, 1, type, like, &slot_a);
+    if (taken == 0)
+        taken = take_for_update(&views, slot_b_obj, 1, type, like, &slot_b);
+    if (taken == 0)
+        taken = take_for_update(&views, grad_obj, 0, type, like, &grad);
+    if (taken != 0) {
         release_all(&views);
-        return NULL;
+        if (taken < 0)
+            return NULL;
+        Py_RETURN_FALSE;
     }
+    /* parts of whole 64-byte lines: floor(units * part / parts) lines, without overflow */
+    const Py_ssize_t size = like->len / like->itemsize, line = 64 / like->itemsize;
+    const Py_ssize_t units = size / line + (size % line != 0);
+#define UPDATE_EDGE(p) ((p) == parts ? size : line * (units / parts * (p)                \
+                                                      + units % parts * (p) / parts))
+    const Py_ssize_t first = UPDATE_EDGE(part), stop = UPDATE_EDGE(part + 1);
+#undef UPDATE_EDGE
     Py_BEGIN_ALLOW_THREADS
     if (type == 'f')
         update_f32(kind, var, slot_a, slot_b, grad, s, first, stop);
@@ -1499,7 +1538,7 @@ static PyObject *py_apply_update(PyObject *self, PyObject *args)
         update_f64(kind, var, slot_a, slot_b, grad, s, first, stop);
     Py_END_ALLOW_THREADS
     release_all(&views);
-    Py_RETURN_NONE;
+    Py_RETURN_TRUE;
 }
 
 /* == end of optimizer updates ========================================================= */
@@ -1552,9 +1591,11 @@ static PyMethodDef methods[] = {
      "(m[:, t] = u[:, t] @ w[t], or with sums m[t] += u[:, t]^T @ w[:, t]; see _native.c)."},
     /* optimizer updates */
     {"apply_update", py_apply_update, METH_VARARGS,
-     "apply_update(kind, (size, first, stop), scalars, var, slot_a, slot_b, grad): one "
-     "optimizer's in-place update of elements [first, stop) (kinds: gradient descent, "
-     "momentum, Nesterov, Adam, RMSProp, Adagrad; see _native.c)."},
+     "apply_update(kind, scalars, var, slot_a, slot_b, grad, part, parts): one "
+     "optimizer's in-place update of part `part` of `parts` (whole cache lines) of var's "
+     "elements (kinds: gradient descent, momentum, Nesterov, Adam, RMSProp, Adagrad; see "
+     "_native.c); False, having written nothing, unless all the arrays are C-contiguous "
+     "buffers of var's shape and float32 or float64 kind."},
     {NULL, NULL, 0, NULL},
 };
 
