@@ -136,6 +136,7 @@ def batches(batch, size, dtype, steps=STEPS, seed=0):
 # test_optimizers_train_like_the_plain_path.
 OPTIMIZERS = {
     "gd": lambda: tf.train.GradientDescentOptimizer(0.1),
+    "gd_decay": lambda: tf.train.GradientDescentOptimizer(0.1, weight_decay=0.01),
     "nesterov": lambda: tf.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True,
                                                    weight_decay=5e-4),   # cifar10's
     "momentum": lambda: tf.train.MomentumOptimizer(0.1, 0.9),
