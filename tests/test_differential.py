@@ -215,6 +215,7 @@ def splits_small_work(monkeypatch):
                  "MIN_PART_FLOPS"):
         monkeypatch.setattr(cpu_threads, name, 1)
     monkeypatch.setattr(native_updates, "MIN_PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(native_updates, "MIN_COMPILED_ELEMENTS", (0,) * 6)
     from towerflow.backends import numpy_backend
     if numpy_backend.CPU_POOL.workers < 2:
         pytest.skip("the CPU pool has one thread (one CPU or TOWERFLOW_CPU_THREADS=1)")

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="compiled kernels
 STEPS = 3
 OPTIMIZERS = {
     "gd": lambda: tf.train.GradientDescentOptimizer(0.1),
+    "momentum": lambda: tf.train.MomentumOptimizer(0.1, 0.9),
     "gd_decay": lambda: tf.train.GradientDescentOptimizer(0.1, weight_decay=0.05),
     "momentum_decay": lambda: tf.train.MomentumOptimizer(0.1, 0.9, weight_decay=0.05),
     "nesterov_decay": lambda: tf.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True,
@@ -33,7 +34,9 @@ OPTIMIZERS = {
 
 @pytest.fixture
 def update_calls(monkeypatch):
-    """Counts native.apply_update calls (one per part of a variable's update)."""
+    """Counts native.apply_update calls (one per part of a variable's update);
+    every variable, however small, updated compiled."""
+    monkeypatch.setattr(native_updates, "MIN_COMPILED_ELEMENTS", (0,) * 6)
     calls = collections.Counter()
     compiled = native.apply_update
 
@@ -154,7 +157,8 @@ def tf_reference(optimizer, start, grads):
 
 
 def _tf_step(optimizer, var, slots, grad, t):
-    lr, wd = {"gd": (0.1, 0), "gd_decay": (0.1, 0.05), "momentum_decay": (0.1, 0.05),
+    lr, wd = {"gd": (0.1, 0), "gd_decay": (0.1, 0.05), "momentum": (0.1, 0),
+              "momentum_decay": (0.1, 0.05),
               "nesterov_decay": (0.1, 5e-4), "adam": (0.01, 0), "adam_decay": (0.01, 0.05),
               "rms_prop": (0.01, 0), "adagrad": (0.1, 0)}[optimizer]
     var = var * (1 - lr * wd)
@@ -252,7 +256,8 @@ def not_taken_cases():
 
 
 @pytest.mark.parametrize("case", sorted(not_taken_cases()))
-def test_arrays_the_compiled_kernels_do_not_take_are_left_to_numpy(case):
+def test_arrays_the_compiled_kernels_do_not_take_are_left_to_numpy(monkeypatch, case):
+    monkeypatch.setattr(native_updates, "MIN_COMPILED_ELEMENTS", (0,) * 6)
     var, slot, grad, lr = not_taken_cases()[case]
     saved = [np.array(value, copy=True) for value in (var, slot, grad)]
     updates = native_updates.CompiledUpdates(SERIAL)
@@ -261,7 +266,18 @@ def test_arrays_the_compiled_kernels_do_not_take_are_left_to_numpy(case):
         np.testing.assert_array_equal(np.asarray(value), before)
 
 
+@pytest.mark.parametrize("optimizer", ["gd", "momentum", "nesterov_decay", "adagrad"])
+def test_small_variables_are_left_to_the_numpy_chain(monkeypatch, optimizer):
+    """Where the chain of ufuncs costs less than a compiled call (below
+    MIN_COMPILED_ELEMENTS of the update's kind): 10 elements."""
+    calls = collections.Counter()
+    monkeypatch.setattr(native, "apply_update", lambda *args: calls.update(["parts"]))
+    train(optimizer, 10, np.float32)
+    assert calls["parts"] == 0
+
+
 def test_native_off_leaves_every_update_to_numpy(monkeypatch):
+    monkeypatch.setattr(native_updates, "MIN_COMPILED_ELEMENTS", (0,) * 6)
     monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
     var, grad = np.ones(8, np.float32), np.ones(8, np.float32)
     updates = native_updates.CompiledUpdates(WorkerPool(2))

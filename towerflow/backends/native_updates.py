@@ -11,7 +11,8 @@ their ``fused_updates`` hook (the GPU's is cupy_backend.FusedUpdates); each
 method returns False, having done nothing, where the compiled kernels do not
 take the arrays (TOWERFLOW_NATIVE=0, not built, not C-contiguous NumPy
 arrays of one shape, a dtype other than float32/float64, or mixed dtypes
-among the arrays and scalars), and the NumPy chain runs instead::
+among the arrays and scalars), or where the variable is so small that the
+chain costs less (MIN_COMPILED_ELEMENTS), and the NumPy chain runs instead::
 
     updates = CompiledUpdates(CPU_POOL)                  # numpy_backend.py
     updates.adam(var, m, v, grad, alpha, beta1, beta2, epsilon)   # True: done
@@ -29,8 +30,16 @@ from .cpu_threads import SERIAL
 # two threads ran at 0.73-0.84x of one at 2^18 elements, 1.04-1.06x at 2^19,
 # 1.06-1.33x at 2^20, 1.6-1.8x at the MNIST CNN's 3.2M.
 MIN_PARALLEL_ELEMENTS = 1 << 19
+_PADDING = [0.0] * 5     # apply_update takes five scalars; unused ones are 0
 # The kinds of _native.c's apply_update.
 GRADIENT_DESCENT, MOMENTUM, NESTEROV, ADAM, RMS_PROP, ADAGRAD = range(6)
+# Per kind, the variables of fewer elements are left to the NumPy chain: a
+# compiled update costs ~2 us before its pass, a chain ~0.4 us per ufunc call
+# and pass (2 for gradient descent, 4 for momentum, 6 for Nesterov, 5 for
+# Adagrad, 9 and 11 for RMSProp and Adam). Measured on one core (thread time,
+# float32): gradient descent broke even at 2^15 elements, momentum at 2^13,
+# Nesterov at ~2^10; Adam was faster compiled from one element on.
+MIN_COMPILED_ELEMENTS = (1 << 15, 1 << 13, 1 << 10, 0, 0, 1 << 10)
 
 
 class CompiledUpdates:
@@ -76,12 +85,13 @@ class CompiledUpdates:
     def _apply(self, kind, arrays, scalars):
         # NOTE: the compiled call checks the arrays itself (False if it does
         # not take them): Python checks cost more than a small variable's update.
-        if not (native.available() and _scalars_of(arrays[0], scalars)):
+        size = getattr(arrays[0], "size", 0)
+        if size < MIN_COMPILED_ELEMENTS[kind] or not (
+                native.available() and _scalars_of(arrays[0], scalars)):
             return False
         # NOTE: no decay (None) multiplies by 1: x * 1 is x, bit for bit.
-        values = tuple(1.0 if scalar is None else float(scalar) for scalar in scalars) + \
-            (0.0,) * (5 - len(scalars))
-        size = getattr(arrays[0], "size", 0)
+        values = [1.0 if scalar is None else float(scalar) for scalar in scalars]
+        values += _PADDING[len(values):]
         parts = self.parallel.parts(size, size) if size >= MIN_PARALLEL_ELEMENTS else 1
         if parts == 1:
             return native.apply_update(kind, values, *arrays, 0, 1)
