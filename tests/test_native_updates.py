@@ -276,6 +276,22 @@ def test_small_variables_are_left_to_the_numpy_chain(monkeypatch, optimizer):
     assert calls["parts"] == 0
 
 
+@pytest.mark.parametrize("make", [
+    lambda: tf.train.RMSPropOptimizer(0.01, momentum=0.5, centered=True),
+    lambda: tf.train.AdadeltaOptimizer(1.0),
+], ids=["centered_rms_prop", "adadelta"])
+def test_centered_rms_prop_and_adadelta_run_the_numpy_chain(update_calls, make):
+    tf.reset_default_graph()
+    var = tf.Variable(np.linspace(-1, 1, 64))
+    step = make().minimize(tf.reduce_sum(var * var))
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        before = sess.run(var)
+        sess.run(step)
+        assert not np.array_equal(sess.run(var), before)
+    assert update_calls["parts"] == 0
+
+
 def test_native_off_leaves_every_update_to_numpy(monkeypatch):
     monkeypatch.setattr(native_updates, "MIN_COMPILED_ELEMENTS", (0,) * 6)
     monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
