@@ -29,7 +29,7 @@ from conftest import split_cpu
 
 import towerflow as tf
 from towerflow import fast_paths
-from towerflow.backends import conv_blocks, cpu_threads, native
+from towerflow.backends import conv_blocks, cpu_threads, native, native_updates
 from towerflow.recipes.cifar10 import RECIPE
 
 pytestmark = pytest.mark.differential
@@ -136,9 +136,29 @@ def batches(batch, size, dtype, steps=STEPS, seed=0):
              rng.integers(0, CLASSES, batch)) for _ in range(steps)]
 
 
-def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:0"):
-    """{variable name: (initial, trained)} after ``steps`` of SGD on ``network``
-    (one ``device``; or ``towers`` towers on /cpu:0..)."""
+# The optimizers the networks train with: SGD by default; the compiled updates
+# (the 'native' fast path) of the others are checked by
+# test_optimizers_train_like_the_plain_path.
+OPTIMIZERS = {
+    "gd": lambda: tf.train.GradientDescentOptimizer(0.1),
+    "gd_decay": lambda: tf.train.GradientDescentOptimizer(0.1, weight_decay=0.01),
+    "nesterov": lambda: tf.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True,
+                                                   weight_decay=5e-4),   # cifar10's
+    "momentum": lambda: tf.train.MomentumOptimizer(0.1, 0.9),
+    # NOTE: Adam divides by sqrt(v) + epsilon: a gradient that cancels to near 0
+    # (absolute error ~1e-16 from summation order) moves its update by up to
+    # that error / epsilon; at 1e-8 that was 1.8e-12 of the largest update.
+    "adam": lambda: tf.train.AdamOptimizer(0.01, epsilon=1e-3, weight_decay=0.01),
+    "rms_prop": lambda: tf.train.RMSPropOptimizer(0.01, momentum=0.5),
+    "adagrad": lambda: tf.train.AdagradOptimizer(0.1),
+}
+
+
+def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:0",
+          optimizer="gd"):
+    """{variable name: (initial, trained)} after ``steps`` of ``optimizer`` (a
+    key of OPTIMIZERS) on ``network`` (one ``device``; or ``towers`` towers on
+    /cpu:0..)."""
     build, size = NETWORKS[network]
     tf.reset_default_graph()
     tf.set_random_seed(7)
@@ -150,7 +170,7 @@ def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:
         logits = build(x, np.random.default_rng(1))
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=y, logits=logits))
-    optimizer = tf.train.GradientDescentOptimizer(0.1)
+    optimizer = OPTIMIZERS[optimizer]()
     if towers:
         strategy = tf.parallel.DataParallel([f"/cpu:{i}" for i in range(towers)],
                                             all_reduce="cpu")
@@ -199,6 +219,8 @@ def splits_small_work(monkeypatch):
     for name in ("MIN_PARALLEL_ELEMENTS", "MIN_PARALLEL_FLOPS", "MIN_SPLIT_ROWS",
                  "MIN_PART_FLOPS"):
         monkeypatch.setattr(cpu_threads, name, 1)
+    monkeypatch.setattr(native_updates, "MIN_PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(native_updates, "MIN_COMPILED_ELEMENTS", (0,) * 6)
     from towerflow.backends import numpy_backend
     if numpy_backend.CPU_POOL.workers < 2:
         pytest.skip("the CPU pool has one thread (one CPU or TOWERFLOW_CPU_THREADS=1)")
@@ -211,10 +233,17 @@ def probes(monkeypatch, splits_small_work):
         pytest.skip("the compiled kernels are not built (or TOWERFLOW_NATIVE=0)")
     calls = collections.Counter()
     for path in fast_paths.FAST_PATHS:
-        owner, attribute = fast_paths.probe_target(path)
-        monkeypatch.setattr(owner, attribute, _counted(getattr(owner, attribute), path.name,
-                                                       calls))
+        for probe, key in zip(fast_paths.probes_of(path), _probe_keys(path)):
+            owner, attribute = fast_paths.probe_target(path, probe)
+            monkeypatch.setattr(owner, attribute, _counted(getattr(owner, attribute), key,
+                                                           calls))
     return calls
+
+
+def _probe_keys(path):
+    """The counters of ``path``'s probes: its name for its probe, then
+    'name probe' for each of its more_probes."""
+    return [path.name] + [f"{path.name} {probe}" for probe in path.more_probes]
 
 
 def _counted(function, name, calls):
@@ -241,14 +270,16 @@ def run_switched(probes, off, *args, **kwargs):
         result = train(*args, **kwargs)
     for path in fast_paths.FAST_PATHS:
         if path.name in off or NEEDS.get(path.name, set()) & set(off):
-            assert probes[path.name] == 0, f"{path.name} ran with {off} off"
+            for key in _probe_keys(path):
+                assert probes[key] == 0, f"{key} ran with {off} off"
     return result
 
 
 def assert_ran(probes, off, paths=CPU_PATHS):
     for path in paths:
         if path.name not in off and not NEEDS.get(path.name, set()) & set(off):
-            assert probes[path.name] > 0, f"{path.name} never ran with {path.variable} on"
+            for key in _probe_keys(path):
+                assert probes[key] > 0, f"{key} never ran with {path.variable} on"
 
 
 # -- the suite -----------------------------------------------------------------------
@@ -277,6 +308,18 @@ def test_gpu_fast_paths_train_like_the_cpu_plain_path(gpu_backend, probes, netwo
     for off in [()] + [(path.name,) for path in GPU_PATHS]:
         result = run_switched(probes, off, network, 9, device="/gpu:0")
         assert_ran(probes, off, GPU_PATHS)
+        assert_same_training(result, plain, FLOAT64_RTOL)
+
+
+@pytest.mark.parametrize("optimizer", sorted(set(OPTIMIZERS) - {"gd"}))
+def test_optimizers_train_like_the_plain_path(probes, optimizer):
+    """The compiled updates of the other optimizers (gradient descent's run in
+    every test here), their variables split into thread parts."""
+    batch = CROSSING_BATCH["thresholds"]
+    plain = run_switched(probes, ALL, "thresholds", batch, optimizer=optimizer)
+    for off in [(), ("native",), ("cpu_threads",)]:
+        result = run_switched(probes, off, "thresholds", batch, optimizer=optimizer)
+        assert_ran(probes, off)
         assert_same_training(result, plain, FLOAT64_RTOL)
 
 

@@ -12,7 +12,9 @@ entry's ``probe``, that the fast path really ran when on and not when off::
 
 Adding a fast path is one entry in FAST_PATHS: its name, the environment
 variable, the values that turn it on and off, one line saying what it does,
-and a probe (``"module:attribute"``, a function only the fast path calls).
+and a probe (``"module:attribute"``, a function only the fast path calls);
+``more_probes`` names further ones where a switch turns on several kernels
+that a network may reach apart (each must run when the switch is on).
 A switch read once at import (not per kernel call or per plan) also needs
 ``live``: a function ``live(on)`` that sets the running process's state and
 returns a function that restores it.
@@ -37,6 +39,7 @@ class FastPath:
     probe: str                 # "module:attr.attr": called only on the fast path
     devices: tuple = ("CPU",)  # the device types it runs on
     live: Callable[[bool], Callable[[], None]] | None = None
+    more_probes: tuple = ()    # further "module:attr"s, each called only on the fast path
 
 
 def _cpu_pool_workers(on):
@@ -54,8 +57,11 @@ def _cpu_pool_workers(on):
 
 FAST_PATHS = (
     FastPath("native", "TOWERFLOW_NATIVE", "1", "0",
-             "compiled window kernels (_native.c): im2col, col2im, max pool, Winograd",
-             "towerflow.backends.native:_compiled.im2col"),
+             "compiled kernels (_native.c): im2col, col2im, max pool, Winograd; the "
+             "optimizers' updates (gradient descent, momentum, Nesterov, Adam, RMSProp, "
+             "Adagrad) in one threaded pass",
+             "towerflow.backends.native:_compiled.im2col",
+             more_probes=("towerflow.backends.native:apply_update",)),
     FastPath("winograd", "TOWERFLOW_WINOGRAD", "1", "0",
              "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 input "
              "channels, F(2x2, 5x5) for stride-1 5x5 ones of >= 20",
@@ -128,8 +134,20 @@ def switched(paths, on):
             _set_variable(variable, value)
 
 
-def probe_target(path):
-    """(object, attribute name) of ``path.probe``, to wrap and count calls.
+def probes_of(path):
+    """Every probe of ``path``: its ``probe``, then its ``more_probes``.
+
+    Example::
+
+        >>> probes_of(by_name("native"))[1]
+        'towerflow.backends.native:apply_update'
+    """
+    return (path.probe,) + tuple(path.more_probes)
+
+
+def probe_target(path, probe=None):
+    """(object, attribute name) of ``probe`` (default ``path.probe``), to wrap
+    and count calls.
 
     Example::
 
@@ -137,7 +155,7 @@ def probe_target(path):
         >>> owner.__name__, name
         ('WinogradConv', '__call__')
     """
-    module_name, attributes = path.probe.split(":")
+    module_name, attributes = (probe or path.probe).split(":")
     owner = importlib.import_module(module_name)
     *parents, attribute = attributes.split(".")
     for parent in parents:

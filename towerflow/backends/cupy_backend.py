@@ -96,17 +96,35 @@ class FusedUpdates:
     def __init__(self):
         self._momentum, self._adam = MOMENTUM_UPDATE.kernel(), ADAM_UPDATE.kernel()
 
-    def momentum(self, var, accum, grad, learning_rate, momentum, nesterov):
+    def momentum(self, var, accum, grad, learning_rate, momentum, nesterov, decay=None):
         if var.dtype.itemsize < 4:
             return False
+        _decay(var, decay)
         self._momentum(grad, learning_rate, momentum, bool(nesterov), var, accum)
         return True
 
-    def adam(self, var, m, v, grad, alpha, beta1, beta2, epsilon):
+    def adam(self, var, m, v, grad, alpha, beta1, beta2, epsilon, decay=None):
         if var.dtype.itemsize < 4:
             return False
+        _decay(var, decay)
         self._adam(grad, alpha, beta1, beta2, epsilon, var, m, v)
         return True
+
+    # NOTE: no fused GPU kernels for these (yet): their ufunc chains run.
+    def gradient_descent(self, var, grad, learning_rate, decay=None):
+        return False
+
+    def rms_prop(self, var, ms, mom, grad, learning_rate, rho, momentum, epsilon):
+        return False
+
+    def adagrad(self, var, accum, grad, learning_rate):
+        return False
+
+
+def _decay(var, decay):
+    """Weight decay (var *= decay) ahead of a fused update; None: none."""
+    if decay is not None:
+        cupy.multiply(var, decay, out=var)
 
 
 def build_gpu_kernels():

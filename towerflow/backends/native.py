@@ -212,3 +212,14 @@ def batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx):
 def batch_norm_pool(geometry, x, coefficients, out, code):
     """MaxPool (tiled windows) of relu((x - mean) * gain + offset) into ``out``, ``code``."""
     _compiled.batch_norm_pool(geometry, x, coefficients, out, code)
+
+
+# -- optimizer updates (see native_updates.py) -------------------------------------------
+
+
+def apply_update(kind, scalars, var, slot_a, slot_b, grad, part, parts):
+    """One optimizer's in-place update of part ``part`` of ``parts`` of
+    ``var``'s elements (_native.c's apply_update); False, having written
+    nothing, unless every array is a C-contiguous float32 or float64 NumPy
+    array of var's shape and dtype."""
+    return _compiled.apply_update(kind, scalars, var, slot_a, slot_b, grad, part, parts)

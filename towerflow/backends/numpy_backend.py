@@ -15,6 +15,7 @@ from .dataset_kernels import build_dataset_kernels
 from .host_kernels import build_host_kernels
 from .kernels import build_kernels
 from .native_batch_norm import cpu_batch_norm_kernels
+from .native_updates import CompiledUpdates
 from .queue_kernels import build_queue_kernels
 from .summary_kernels import build_summary_kernels
 
@@ -50,7 +51,8 @@ CPU_POOL = cpu_pool()   # the threads every CPU kernel splits its big work acros
 # host kernels (tf.print) write to Python streams; summaries are built on the host
 # only, as in TensorFlow. Queue, reader and decode kernels only move values:
 # bfloat16 ones too, as they are.
-_COMPUTE_KERNELS = build_kernels(np, CPU_POOL)
+# optimizer updates compiled and threaded, NumPy where not taken
+_COMPUTE_KERNELS = build_kernels(np, CPU_POOL, fused_updates=CompiledUpdates(CPU_POOL))
 # training-mode batch norm (+ ReLU) compiled and threaded, NumPy where not taken
 _COMPUTE_KERNELS.update(cpu_batch_norm_kernels(_COMPUTE_KERNELS, CPU_POOL))
 _COMPUTE_KERNELS.update(batch_norm_relu_pool_kernels(_COMPUTE_KERNELS, CPU_POOL))

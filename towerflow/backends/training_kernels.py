@@ -23,15 +23,18 @@ from . import kernels as _kernels
 
 def build_training_kernels(xp, fused_updates=None):
     """The training kernel table for array module ``xp``. ``fused_updates``
-    (the GPU's, see cupy_backend.FusedUpdates) replaces the momentum and Adam
-    arithmetic, a chain of ufuncs here, with one elementwise kernel each."""
+    (the GPU's, see cupy_backend.FusedUpdates; the CPU's,
+    native_updates.CompiledUpdates) replaces an update's arithmetic, a chain of
+    ufuncs here, with one elementwise kernel: each of its methods returns
+    False where it does not take the arrays, and the chain runs."""
     return {
-        "ApplyGradientDescent": lambda ctx: _gated(xp, ctx, _gradient_descent_kernel(xp, ctx)),
+        "ApplyGradientDescent": lambda ctx: _gated(
+            xp, ctx, _gradient_descent_kernel(xp, ctx, fused_updates)),
         "ApplyMomentum": lambda ctx: _gated(xp, ctx, _momentum_kernel(xp, ctx, fused_updates)),
         "ApplyAdam": lambda ctx: _gated(xp, ctx, _adam_kernel(xp, ctx, fused_updates)),
-        "ApplyRMSProp": lambda ctx: _gated(xp, ctx, _rms_prop_kernel(xp, ctx)),
+        "ApplyRMSProp": lambda ctx: _gated(xp, ctx, _rms_prop_kernel(xp, ctx, fused_updates)),
         "ApplyCenteredRMSProp": lambda ctx: _gated(xp, ctx, _centered_rms_prop_kernel(xp, ctx)),
-        "ApplyAdagrad": lambda ctx: _gated(xp, ctx, _adagrad_kernel(xp, ctx)),
+        "ApplyAdagrad": lambda ctx: _gated(xp, ctx, _adagrad_kernel(xp, ctx, fused_updates)),
         "ApplyAdadelta": lambda ctx: _gated(xp, ctx, _adadelta_kernel(xp, ctx)),
         "LearningRateSchedule": lambda ctx: _schedule_kernel(xp, ctx),
     }
@@ -129,12 +132,13 @@ def _setup(ctx):
 # per variable per step, and on small variables Python calls cost more than
 # the arithmetic.
 
-def _decay(xp, var, learning_rate, weight_decay):
-    """Decoupled weight decay (SGDW / AdamW): var *= 1 - lr * weight_decay."""
-    xp.multiply(var, 1 - learning_rate * weight_decay, out=var)
+def _decay_factor(learning_rate, weight_decay):
+    """Decoupled weight decay (SGDW / AdamW) multiplies var by this before the
+    update: 1 - lr * weight_decay; None without weight decay."""
+    return 1 - learning_rate * weight_decay if weight_decay else None
 
 
-def _gradient_descent_kernel(xp, ctx):
+def _gradient_descent_kernel(xp, ctx, fused_updates=None):
     var_cell, _, scratch, fail = _setup(ctx)
     weight_decay = ctx.attrs["weight_decay"]
     multiply, subtract = xp.multiply, xp.subtract
@@ -143,8 +147,12 @@ def _gradient_descent_kernel(xp, ctx):
         var = var_cell.value
         if var is None or grad.shape != var.shape:
             fail(var, grad)
-        if weight_decay:
-            _decay(xp, var, learning_rate, weight_decay)
+        decay = _decay_factor(learning_rate, weight_decay)
+        if fused_updates is not None and fused_updates.gradient_descent(
+                var, grad, learning_rate, decay):
+            return var
+        if decay is not None:
+            multiply(var, decay, out=var)
         step = scratch.buffer
         if step is None or step.shape != var.shape:
             step = scratch.renew(xp, var)
@@ -161,11 +169,12 @@ def _momentum_kernel(xp, ctx, fused_updates=None):
         var, accum = var_cell.value, accum_cell.value
         if var is None or accum is None or grad.shape != var.shape:
             fail(var, grad, accum)
-        if weight_decay:
-            _decay(xp, var, learning_rate, weight_decay)
+        decay = _decay_factor(learning_rate, weight_decay)
         if fused_updates is not None and fused_updates.momentum(
-                var, accum, grad, learning_rate, momentum, nesterov):
+                var, accum, grad, learning_rate, momentum, nesterov, decay):
             return var
+        if decay is not None:
+            xp.multiply(var, decay, out=var)
         xp.multiply(accum, momentum, out=accum)       # accum = momentum * accum + grad
         xp.add(accum, grad, out=accum)
         step = scratch.buffer
@@ -189,12 +198,13 @@ def _adam_kernel(xp, ctx, fused_updates=None):
         var, m, v = var_cell.value, m_cell.value, v_cell.value
         if var is None or m is None or v is None or grad.shape != var.shape:
             fail(var, grad, m, v)
-        if weight_decay:
-            _decay(xp, var, learning_rate, weight_decay)
+        decay = _decay_factor(learning_rate, weight_decay)
         alpha = learning_rate * xp.sqrt(1 - beta2_power) / (1 - beta1_power)
         if fused_updates is not None and fused_updates.adam(
-                var, m, v, grad, alpha, beta1, beta2, epsilon):
+                var, m, v, grad, alpha, beta1, beta2, epsilon, decay):
             return var
+        if decay is not None:
+            xp.multiply(var, decay, out=var)
         step = scratch.buffer
         if step is None or step.shape != var.shape:
             step = scratch.renew(xp, var)
@@ -236,13 +246,16 @@ def _momentum_step(xp, var, mom, momentum, step):
     return xp.subtract(var, mom, out=var)
 
 
-def _rms_prop_kernel(xp, ctx):
+def _rms_prop_kernel(xp, ctx, fused_updates=None):
     var_cell, (ms_cell, mom_cell), scratch, fail = _setup(ctx)
 
     def apply(learning_rate, rho, momentum, epsilon, grad):
         var, ms, mom = var_cell.value, ms_cell.value, mom_cell.value
         if var is None or ms is None or mom is None or grad.shape != var.shape:
             fail(var, grad, ms, mom)
+        if fused_updates is not None and fused_updates.rms_prop(
+                var, ms, mom, grad, learning_rate, rho, momentum, epsilon):
+            return var
         step = _scratch_like(xp, scratch, var)
         _running_mean_square(xp, ms, grad, rho, step)
         xp.add(ms, epsilon, out=step)                 # lr * grad / sqrt(ms + epsilon)
@@ -279,13 +292,15 @@ def _centered_rms_prop_kernel(xp, ctx):
     return apply
 
 
-def _adagrad_kernel(xp, ctx):
+def _adagrad_kernel(xp, ctx, fused_updates=None):
     var_cell, (accum_cell,), scratch, fail = _setup(ctx)
 
     def apply(learning_rate, grad):
         var, accum = var_cell.value, accum_cell.value
         if var is None or accum is None or grad.shape != var.shape:
             fail(var, grad, accum)
+        if fused_updates is not None and fused_updates.adagrad(var, accum, grad, learning_rate):
+            return var
         step = _scratch_like(xp, scratch, var)
         xp.multiply(grad, grad, out=step)             # accum += grad^2
         xp.add(accum, step, out=accum)
