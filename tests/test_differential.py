@@ -50,6 +50,9 @@ STEPS = 3
 # flip (a jump of the size of an activation) is far above 1e-12; the planted
 # faults of the module docstring showed up at 1e-11 and more.
 FLOAT64_RTOL = 1e-12
+# Slots that sum squared gradients (Adagrad's accumulator, RMSProp's mean
+# square, Adam's v): d(g^2)/g^2 = 2 dg/g, twice the gradients' relative error.
+SQUARED_SLOTS = ("/Adagrad", "/RMSProp", "/Adam_1")
 # float32 (u = 6e-8), one step: the same chain of <= 14 convolutions forward and
 # back at Winograd's few 1e-6 each gives a few 1e-5 in a norm of the updates
 # (measured: up to 3.2e-5 for cifar10's batch-norm gamma, 9.7e-6 elsewhere).
@@ -150,7 +153,10 @@ OPTIMIZERS = {
     # that error / epsilon; at 1e-8 that was 1.8e-12 of the largest update.
     "adam": lambda: tf.train.AdamOptimizer(0.01, epsilon=1e-3, weight_decay=0.01),
     "rms_prop": lambda: tf.train.RMSPropOptimizer(0.01, momentum=0.5),
-    "adagrad": lambda: tf.train.AdagradOptimizer(0.1),
+    # NOTE: 0.01, as Adam's and RMSProp's: at 0.1 Adagrad's first steps (up to
+    # 0.1 / sqrt(0.1) of a unit gradient) grew the rounding differences 4x over
+    # three steps (7.1e-12 of an accumulator's change); the suite compares kernels.
+    "adagrad": lambda: tf.train.AdagradOptimizer(0.01),
 }
 
 
@@ -195,8 +201,9 @@ def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:
 def assert_same_training(result, expected, rtol, norm=False):
     """Each variable's change in training within ``rtol`` of the largest
     change of that variable (the changes, not the values: an error in the
-    updates is not hidden by the size of the initial weights); with ``norm``,
-    the changes' Euclidean norms instead of their largest entries."""
+    updates is not hidden by the size of the initial weights), twice that for
+    SQUARED_SLOTS; with ``norm``, the changes' Euclidean norms instead of their
+    largest entries."""
     assert result.keys() == expected.keys()
     size = np.linalg.norm if norm else lambda array: np.max(np.abs(array))
     for name, (start, end) in expected.items():
@@ -205,8 +212,9 @@ def assert_same_training(result, expected, rtol, norm=False):
         scale = size(change)
         assert scale > 0, f"{name} did not train"
         error = size(other - change) / scale
-        assert error <= rtol, f"{name}: updates differ by {error:.2e} (relative), " \
-                              f"more than {rtol:.0e}"
+        bound = 2 * rtol if name.endswith(SQUARED_SLOTS) else rtol
+        assert error <= bound, f"{name}: updates differ by {error:.2e} (relative), " \
+                               f"more than {bound:.0e}"
 
 
 # -- switches and probes -------------------------------------------------------------
