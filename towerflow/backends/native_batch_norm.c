@@ -1,0 +1,335 @@
+/* Training-mode batch norm (native_batch_norm.py) and its entry points. */
+#include "native_common.h"
+
+/* == training-mode batch norm (native_batch_norm.py) ================================== */
+
+/* Training-mode FusedBatchNorm and FusedBatchNormGrad on [rows, C] arrays, in
+ * two passes each: batch_norm_sums adds per-channel sums over blocks of rows
+ * (one pair of partial sums per block, in double, so the caller adds the
+ * blocks in a fixed order and gets the same bits whatever thread ran which
+ * block), and batch_norm_apply / batch_norm_grad_apply write the output from
+ * per-channel coefficients. No full-size temporaries.
+ *
+ * Forward sums: of d = x - shift and d * d (shift: a sample of each channel,
+ * so the variance E[d^2] - E[d]^2 does not cancel the way it would for a
+ * large mean). Gradient sums: of g and g * (x - mean), g being the gradient
+ * masked by relu_output > 0 (ReluGrad's product) when relu_output is given. */
+
+/* NOTE: without this GCC keeps every loop that masks by a comparison scalar (a
+ * comparison with NaN could raise FE_INVALID, which we never read); the values
+ * computed are the same. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+typedef struct {
+    Py_ssize_t rows, channels, block_rows, first, stop;   /* blocks [first, stop) */
+} SumsGeometry;
+
+typedef struct {
+    Py_ssize_t rows, channels, first, stop;               /* rows [first, stop) */
+} ApplyGeometry;
+
+/* AVX2 where the CPU has it (chosen when the module loads); no FMA, so each
+ * clone rounds exactly as the baseline one does: the same bits on any x86. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define WIDE_LOOPS __attribute__((target_clones("avx2", "default")))
+#else
+#define WIDE_LOOPS
+#endif
+
+#define DEFINE_BATCH_NORM(T, SUFFIX)                                                    \
+WIDE_LOOPS static void batch_norm_sums_##SUFFIX(const T *x, const T *shift,             \
+                                                const T *grad, const T *relu,           \
+                                                double *partials, const SumsGeometry *g) \
+{                                                                                       \
+    const Py_ssize_t c = g->channels;                                                   \
+    for (Py_ssize_t block = g->first; block < g->stop; block++) {                       \
+        double *restrict first = partials + block * 2 * c, *restrict second = first + c; \
+        for (Py_ssize_t ch = 0; ch < c; ch++)                                           \
+            first[ch] = second[ch] = 0.0;                                               \
+        const Py_ssize_t start = block * g->block_rows;                                 \
+        const Py_ssize_t end = start + g->block_rows < g->rows ? start + g->block_rows  \
+                                                                : g->rows;              \
+        for (Py_ssize_t row = start; row < end; row++) {                                \
+            const T *restrict xr = x + row * c;                                         \
+            if (!grad)                                                                  \
+                for (Py_ssize_t ch = 0; ch < c; ch++) {                                 \
+                    const double d = (double)xr[ch] - (double)shift[ch];                \
+                    first[ch] += d;                                                     \
+                    second[ch] += d * d;                                                \
+                }                                                                       \
+            else if (!relu)                                                             \
+                for (Py_ssize_t ch = 0; ch < c; ch++) {                                 \
+                    const double gv = grad[row * c + ch];                               \
+                    first[ch] += gv;                                                    \
+                    second[ch] += gv * ((double)xr[ch] - (double)shift[ch]);            \
+                }                                                                       \
+            else                                                                        \
+                for (Py_ssize_t ch = 0; ch < c; ch++) {                                 \
+                    const double gv = grad[row * c + ch] * (T)(relu[row * c + ch] > 0); \
+                    first[ch] += gv;                                                    \
+                    second[ch] += gv * ((double)xr[ch] - (double)shift[ch]);            \
+                }                                                                       \
+        }                                                                               \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* y = (x - mean) * gain + offset, then max(y, 0) (NaN kept) if relu;               \
+ * coefficients [3, C]: mean, gain, offset. */                                      \
+WIDE_LOOPS static void batch_norm_apply_##SUFFIX(const T *x, const T *coefficients,     \
+                                                 T *y, int relu, const ApplyGeometry *g) \
+{                                                                                       \
+    const Py_ssize_t c = g->channels;                                                   \
+    const T *mean = coefficients, *gain = mean + c, *offset = gain + c;                 \
+    for (Py_ssize_t row = g->first; row < g->stop; row++) {                             \
+        const T *restrict xr = x + row * c;                                             \
+        T *restrict yr = y + row * c;                                                   \
+        if (relu)                                                                       \
+            for (Py_ssize_t ch = 0; ch < c; ch++) {                                     \
+                const T v = (xr[ch] - mean[ch]) * gain[ch] + offset[ch];                \
+                yr[ch] = NP_MAX(v, (T)0);                                               \
+            }                                                                           \
+        else                                                                            \
+            for (Py_ssize_t ch = 0; ch < c; ch++)                                       \
+                yr[ch] = (xr[ch] - mean[ch]) * gain[ch] + offset[ch];                   \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* dx = (g * gain + (x - mean) * k_centered) - k_mean, g masked by relu > 0 when      \
+ * relu is given; coefficients [4, C]: mean, gain, k_centered, k_mean. */             \
+WIDE_LOOPS static void batch_norm_grad_apply_##SUFFIX(const T *grad, const T *relu,    \
+                                                      const T *x, const T *coefficients, \
+                                                      T *dx, const ApplyGeometry *g)    \
+{                                                                                       \
+    const Py_ssize_t c = g->channels;                                                   \
+    const T *mean = coefficients, *gain = mean + c, *k_centered = gain + c;             \
+    const T *k_mean = k_centered + c;                                                   \
+    for (Py_ssize_t row = g->first; row < g->stop; row++) {                             \
+        const T *restrict xr = x + row * c, *restrict gr = grad + row * c;              \
+        T *restrict dr = dx + row * c;                                                  \
+        if (relu) {                                                                     \
+            const T *restrict rr = relu + row * c;                                      \
+            for (Py_ssize_t ch = 0; ch < c; ch++) {                                     \
+                const T gv = gr[ch] * (T)(rr[ch] > 0);                                  \
+                dr[ch] = (gv * gain[ch] + (xr[ch] - mean[ch]) * k_centered[ch])         \
+                         - k_mean[ch];                                                  \
+            }                                                                           \
+        } else                                                                          \
+            for (Py_ssize_t ch = 0; ch < c; ch++)                                       \
+                dr[ch] = (gr[ch] * gain[ch] + (xr[ch] - mean[ch]) * k_centered[ch])     \
+                         - k_mean[ch];                                                  \
+    }                                                                                   \
+}
+
+DEFINE_BATCH_NORM(float, f32)
+DEFINE_BATCH_NORM(double, f64)
+
+/* out = MaxPool of relu((x - mean) * gain + offset) over windows that tile x,
+ * code = the winner bits: what batch_norm_apply with relu then max_pool give,
+ * bit for bit (the same expressions, taps in the same order), without writing
+ * the full-size output. */
+#define DEFINE_BATCH_NORM_POOL(T, LANE, SUFFIX)                                         \
+WIDE_LOOPS static void batch_norm_pool_##SUFFIX(const T *x, const T *coefficients,      \
+                                                T *out, uint8_t *code, const Geometry *g) \
+{                                                                                       \
+    const Py_ssize_t c = g->c;                                                          \
+    const T *mean = coefficients, *gain = mean + c, *offset = gain + c;                 \
+    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
+    for (Py_ssize_t r = 0; r < g->oh; r++)                                              \
+    for (Py_ssize_t q = 0; q < g->ow; q++)                                              \
+    for (Py_ssize_t c0 = 0; c0 < c; c0 += BLOCK) {                                     \
+        const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
+        const Py_ssize_t cell = ((img * g->oh + r) * g->ow + q) * c + c0;               \
+        T max[BLOCK], v[BLOCK];                                                         \
+        LANE bits[BLOCK];                                                               \
+        int tap = 0;                                                                    \
+        for (Py_ssize_t i = 0; i < g->kh; i++)                                          \
+        for (Py_ssize_t j = 0; j < g->kw; j++, tap++) {                                 \
+            const T *p = x + ((img * g->h + r * g->kh + i) * g->w + q * g->kw + j) * c + c0; \
+            const LANE bit = (LANE)1 << tap;                                            \
+            for (Py_ssize_t ch = 0; ch < cb; ch++) {                                    \
+                const T z = (p[ch] - mean[c0 + ch]) * gain[c0 + ch] + offset[c0 + ch];  \
+                v[ch] = NP_MAX(z, (T)0);                                                \
+            }                                                                           \
+            POOL_TAP(T, v, max, bits, bit, tap, cb)                                   \
+        }                                                                               \
+        for (Py_ssize_t ch = 0; ch < cb; ch++) {                                        \
+            out[cell + ch] = max[ch];                                                   \
+            code[cell + ch] = (uint8_t)bits[ch];                                        \
+        }                                                                               \
+    }                                                                                   \
+}
+
+DEFINE_BATCH_NORM_POOL(float, int32_t, f32)
+DEFINE_BATCH_NORM_POOL(double, int64_t, f64)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+static int read_rows(PyObject *shape, Py_ssize_t *rows, Py_ssize_t *channels,
+                     Py_ssize_t *first, Py_ssize_t *stop, Py_ssize_t *block_rows)
+{
+    int ok = block_rows
+        ? PyArg_ParseTuple(shape, "nnnnn", rows, channels, block_rows, first, stop)
+        : PyArg_ParseTuple(shape, "nnnn", rows, channels, first, stop);
+    if (!ok)
+        return -1;
+    Py_ssize_t count = block_rows ? (*block_rows > 0 ? (*rows + *block_rows - 1)
+                                     / *block_rows : -1) : *rows;
+    if (*rows < 0 || *channels < 0 || count < 0 || *first < 0 || *first > *stop
+        || *stop > count) {
+        PyErr_SetString(PyExc_ValueError, block_rows
+                        ? "geometry (rows, channels, block_rows, first, stop): blocks "
+                          "[first, stop) of the rows' ceil(rows / block_rows) blocks"
+                        : "geometry (rows, channels, first, stop): rows [first, stop) "
+                          "within the rows");
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *x_obj, *shift_obj, *grad_obj, *relu_obj, *partials_obj;
+    SumsGeometry g;
+    if (!PyArg_ParseTuple(args, "O!OOOOO:batch_norm_sums", &PyTuple_Type, &shape, &x_obj,
+                          &shift_obj, &grad_obj, &relu_obj, &partials_obj)
+        || read_rows(shape, &g.rows, &g.channels, &g.first, &g.stop, &g.block_rows) < 0)
+        return NULL;
+    char kind = float_kind(x_obj, "x");
+    if (!kind)
+        return NULL;
+    if (grad_obj == Py_None && relu_obj != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "relu_output: expected None without a grad");
+        return NULL;
+    }
+    Py_ssize_t blocks = g.block_rows ? (g.rows + g.block_rows - 1) / g.block_rows : 0;
+    Views inputs = {.held = 0}, outputs = {.held = 0};
+    void *x, *shift, *grad, *relu, *partials;
+    if (take(&inputs, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
+        || take(&inputs, shift_obj, 0, kind, SIZES(g.channels), "shift", &shift) < 0
+        || take(&inputs, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
+        || take(&inputs, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+                &relu) < 0
+        || take(&outputs, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
+                &partials) < 0) {
+        release_all(&inputs);
+        release_all(&outputs);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        batch_norm_sums_f32(x, shift, grad, relu, partials, &g);
+    else
+        batch_norm_sums_f64(x, shift, grad, relu, partials, &g);
+    Py_END_ALLOW_THREADS
+    release_all(&inputs);
+    release_all(&outputs);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_batch_norm_apply(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *x_obj, *coefficients_obj, *y_obj;
+    int relu;
+    ApplyGeometry g;
+    if (!PyArg_ParseTuple(args, "O!OOOp:batch_norm_apply", &PyTuple_Type, &shape, &x_obj,
+                          &coefficients_obj, &y_obj, &relu)
+        || read_rows(shape, &g.rows, &g.channels, &g.first, &g.stop, NULL) < 0)
+        return NULL;
+    char kind = float_kind(x_obj, "x");
+    if (!kind)
+        return NULL;
+    Views views = {.held = 0};
+    void *x, *coefficients, *y;
+    if (take(&views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
+        || take(&views, coefficients_obj, 0, kind, SIZES(3, g.channels), "coefficients",
+                &coefficients) < 0
+        || take(&views, y_obj, 1, kind, SIZES(g.rows, g.channels), "y", &y) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        batch_norm_apply_f32(x, coefficients, y, relu, &g);
+    else
+        batch_norm_apply_f64(x, coefficients, y, relu, &g);
+    Py_END_ALLOW_THREADS
+    release_all(&views);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *grad_obj, *relu_obj, *x_obj, *coefficients_obj, *dx_obj;
+    ApplyGeometry g;
+    if (!PyArg_ParseTuple(args, "O!OOOOO:batch_norm_grad_apply", &PyTuple_Type, &shape,
+                          &grad_obj, &relu_obj, &x_obj, &coefficients_obj, &dx_obj)
+        || read_rows(shape, &g.rows, &g.channels, &g.first, &g.stop, NULL) < 0)
+        return NULL;
+    char kind = float_kind(x_obj, "x");
+    if (!kind)
+        return NULL;
+    Views inputs = {.held = 0}, outputs = {.held = 0};
+    void *grad, *relu, *x, *coefficients, *dx;
+    if (take(&inputs, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
+        || take(&inputs, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+                &relu) < 0
+        || take(&inputs, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
+        || take(&inputs, coefficients_obj, 0, kind, SIZES(4, g.channels), "coefficients",
+                &coefficients) < 0
+        || take(&outputs, dx_obj, 1, kind, SIZES(g.rows, g.channels), "dx", &dx) < 0) {
+        release_all(&inputs);
+        release_all(&outputs);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        batch_norm_grad_apply_f32(grad, relu, x, coefficients, dx, &g);
+    else
+        batch_norm_grad_apply_f64(grad, relu, x, coefficients, dx, &g);
+    Py_END_ALLOW_THREADS
+    release_all(&inputs);
+    release_all(&outputs);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_batch_norm_pool(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *x_obj, *coefficients_obj, *out_obj, *code_obj;
+    Geometry g;
+    if (!PyArg_ParseTuple(args, "O!OOOO:batch_norm_pool", &PyTuple_Type, &shape, &x_obj,
+                          &coefficients_obj, &out_obj, &code_obj)
+        || read_geometry(shape, &g) < 0)
+        return NULL;
+    char kind = float_kind(x_obj, "x");
+    if (!kind)
+        return NULL;
+    Views views = {.held = 0};
+    void *x, *coefficients, *out, *code;
+    if (take(&views, x_obj, 0, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
+        || take(&views, coefficients_obj, 0, kind, SIZES(3, g.c), "coefficients",
+                &coefficients) < 0
+        || take(&views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &out) < 0
+        || take(&views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &code) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        batch_norm_pool_f32(x, coefficients, out, code, &g);
+    else
+        batch_norm_pool_f64(x, coefficients, out, code, &g);
+    Py_END_ALLOW_THREADS
+    release_all(&views);
+    Py_RETURN_NONE;
+}
+
+/* == end of training-mode batch norm ============================================= */

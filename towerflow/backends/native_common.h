@@ -1,0 +1,106 @@
+/* What towerflow.backends._native's C files share (see _native.c's overview):
+ * the includes, the pooling geometry and macros used by more than one file,
+ * the argument helpers (defined in _native.c) and the entry points the method
+ * table lists (each defined beside its kernels). Kernels stay static in their
+ * own file, so that GCC inlines and clones them as it did in a single file. */
+#ifndef TOWERFLOW_NATIVE_COMMON_H
+#define TOWERFLOW_NATIVE_COMMON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    Py_ssize_t n, h, w, c;    /* input [N, H, W, C] */
+    Py_ssize_t kh, kw;        /* window = strides */
+    Py_ssize_t oh, ow;        /* output [N, OH, OW, C] */
+} Geometry;
+
+/* Channels per inner loop: the winner bits are worked on as integers as wide
+ * as the floats (LANE), this many channels at a time, so that every loop
+ * vectorises (loops mixing uint8 and float lanes did not, and ran 4x slower
+ * than NumPy). */
+#define BLOCK 64
+
+/* Hot loops are compiled for AVX-512, AVX2 and plain x86-64, and the CPU picks
+ * one at load time (GCC's target_clones): one build runs everywhere. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
+
+/* np.maximum(m, a): NaN in either gives NaN, ties keep the first argument. */
+#define NP_MAX(m, a) (((m) >= (a) || (m) != (m)) ? (m) : (a))
+
+/* One tap of a pooling window: max[] takes np.maximum with value[], and the
+ * winner bits[] get ``bit`` where value[] is the (new or tied) maximum, exactly
+ * as pool_kernels.py's NumPy passes do (max_pool and batch_norm_pool share it). */
+#define POOL_TAP(T, value, max, bits, bit, tap, cb)                                     \
+    if ((tap) == 0)                                                                     \
+        for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                      \
+            max[ch] = value[ch];                                                        \
+            bits[ch] = value[ch] == value[ch] ? (bit) : 0;                              \
+        }                                                                               \
+    else                                                                                \
+        for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                      \
+            const T before = max[ch], after = NP_MAX(before, value[ch]);                \
+            bits[ch] = (value[ch] == after ? (bit) : 0)                                 \
+                       | (before == after ? bits[ch] : 0);                              \
+            max[ch] = after;                                                            \
+        }
+
+/* Views of the arguments, released together by release_all. */
+typedef struct {
+    Py_buffer views[4];
+    int held;
+} Views;
+
+/* The sizes whose product is a buffer's item count: SIZES(n, h, w, c). */
+#define SIZES(...) (const Py_ssize_t[]){__VA_ARGS__}, \
+    (int)(sizeof((const Py_ssize_t[]){__VA_ARGS__}) / sizeof(Py_ssize_t))
+
+/* The helpers and entry points crossing files are extern; hidden, they stay
+ * out of the .so's dynamic symbols (PyInit__native is its only export, as when
+ * all of them were static in one file) and cannot clash with other libraries. */
+#if defined(__GNUC__)
+#define NATIVE_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define NATIVE_HIDDEN
+#endif
+
+/* -- argument helpers (_native.c) -------------------------------------------------- */
+
+NATIVE_HIDDEN char kind_of(const Py_buffer *view);
+NATIVE_HIDDEN void release_all(Views *views);
+NATIVE_HIDDEN int product_of(const Py_ssize_t *sizes, int count, const char *name,
+                             Py_ssize_t *product);
+NATIVE_HIDDEN int take(Views *views, PyObject *obj, int writable, char kind,
+                       const Py_ssize_t *sizes, int count, const char *name, void **data);
+NATIVE_HIDDEN char float_kind(PyObject *obj, const char *name);
+NATIVE_HIDDEN int read_geometry(PyObject *shape, Geometry *g);
+
+/* -- entry points of the method table ---------------------------------------------- */
+
+/* native_window.c */
+NATIVE_HIDDEN PyObject *py_max_pool(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_max_pool_grad(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_im2col(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_col2im(PyObject *self, PyObject *args);
+/* native_winograd.c */
+NATIVE_HIDDEN PyObject *py_winograd_input(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_winograd_output(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_winograd_grad_tiles(PyObject *self, PyObject *args);
+/* native_gemm.c */
+NATIVE_HIDDEN PyObject *py_winograd_gemms(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_gemm(PyObject *self, PyObject *args);
+/* native_batch_norm.c */
+NATIVE_HIDDEN PyObject *py_batch_norm_sums(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_batch_norm_apply(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_batch_norm_pool(PyObject *self, PyObject *args);
+/* native_updates.c */
+NATIVE_HIDDEN PyObject *py_apply_update(PyObject *self, PyObject *args);
+
+#endif

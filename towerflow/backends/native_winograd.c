@@ -1,0 +1,357 @@
+/* Winograd's transforms, F(4x4, 3x3) and F(2x2, 5x5), and their entry points
+ * (the 36 GEMMs between them are native_gemm.c's). */
+#include "native_common.h"
+
+/* -- Winograd F(4x4, 3x3) ------------------------------------------------------------ */
+
+/* A stride-1 3x3 convolution in tiles of 4x4 outputs (Lavin and Gray, "Fast
+ * Algorithms for Convolutional Neural Networks", 2015): each tile's 6x6 input
+ * window d becomes U = B^T d B, the filter g becomes V = G g G^T, and the
+ * tile's outputs are A^T (U * V) A, where the 36 products U * V summed over
+ * the input channels are 36 GEMMs [tiles, C] @ [C, O] (NumPy runs those).
+ * 36 multiplies per 16 outputs instead of 144: a quarter of im2col's GEMM.
+ * The transforms below add and scale only (B and A have small integer
+ * entries); V is made in NumPy (nn_kernels.py). Rounding: float32 results
+ * differ from the direct sum by about 1e-6 of the largest output. */
+
+typedef struct {
+    Py_ssize_t n, h, w, c;    /* input [N, H, W, C] */
+    Py_ssize_t top, left;     /* output (r, q) reads input rows r - top .. r - top + 2 */
+    Py_ssize_t oh, ow;        /* output [N, OH, OW, *] */
+    Py_ssize_t first_tile;    /* where these images' tiles start in each of the 36 planes */
+    Py_ssize_t plane_tiles;   /* tiles per plane of the transformed array */
+    Py_ssize_t tile;          /* outputs per tile side: 4 (F(4x4, 3x3)) or 2 (F(2x2, 5x5)) */
+} WinogradGeometry;
+
+/* Tiles of `tile` outputs covering `size` outputs (no overflow near the max). */
+#define TILES_OF(size, tile) ((size) / (tile) + ((size) % (tile) != 0))
+#define WINOGRAD_TILE(tile) ((tile) == 4 || (tile) == 2)    /* the two algorithms' */
+
+/* r = B^T d along one axis, channel by channel: d and r are 6 vectors of cb. */
+#define B_T(T, d, r, cb)                                                                \
+    for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
+        const T d0 = d(0), d1 = d(1), d2 = d(2), d3 = d(3), d4 = d(4), d5 = d(5);        \
+        r(0) = 4 * d0 - 5 * d2 + d4;                                                    \
+        r(1) = d3 + d4 - 4 * (d1 + d2);                                                 \
+        r(2) = 4 * (d1 - d2) + d4 - d3;                                                 \
+        r(3) = 2 * (d3 - d1) + d4 - d2;                                                 \
+        r(4) = 2 * (d1 - d3) + d4 - d2;                                                 \
+        r(5) = 4 * d1 - 5 * d3 + d5;                                                    \
+    }
+
+/* y = A^T m along one axis: m is 6 vectors of cb, y 4. */
+#define A_T(T, m, y, cb)                                                                \
+    for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
+        const T m0 = m(0), m1 = m(1), m2 = m(2), m3 = m(3), m4 = m(4), m5 = m(5);        \
+        const T sum12 = m1 + m2, diff12 = m1 - m2, sum34 = m3 + m4, diff34 = m3 - m4;   \
+        y(0) = m0 + sum12 + sum34;                                                      \
+        y(1) = diff12 + 2 * diff34;                                                     \
+        y(2) = sum12 + 4 * sum34;                                                       \
+        y(3) = diff12 + 8 * diff34 + m5;                                                \
+    }
+
+/* t = A e along one axis: e is 4 vectors of cb, t 6. */
+#define A_(T, e, t, cb)                                                                 \
+    for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
+        const T e0 = e(0), e1 = e(1), e2 = e(2), e3 = e(3);                             \
+        const T sum02 = e0 + e2, sum13 = e1 + e3, four02 = e0 + 4 * e2;                 \
+        const T two13 = 2 * e1 + 8 * e3;                                                \
+        t(0) = e0;                                                                      \
+        t(1) = sum02 + sum13;                                                           \
+        t(2) = sum02 - sum13;                                                           \
+        t(3) = four02 + two13;                                                          \
+        t(4) = four02 - two13;                                                          \
+        t(5) = e3;                                                                      \
+    }
+
+#define DEFINE_WINOGRAD(T, SUFFIX)                                                      \
+/* tile[size][size][BLOCK] = the size x size cells from (row0, col0) on of one          \
+ * [height, width, c] image (image: its channel c0), cb channels each; zeros            \
+ * for cells outside the image. */                                                      \
+static void load_tile_##SUFFIX(const T *restrict image, Py_ssize_t height,              \
+                               Py_ssize_t width, Py_ssize_t c, Py_ssize_t row0,         \
+                               Py_ssize_t col0, int size, Py_ssize_t cb,                \
+                               T *restrict tile)                                        \
+{                                                                                       \
+    for (int i = 0; i < size; i++)                                                      \
+        for (int j = 0; j < size; j++) {                                                \
+            const Py_ssize_t row = row0 + i, col = col0 + j;                            \
+            T *cell = tile + (i * size + j) * BLOCK;                                    \
+            if (row < 0 || row >= height || col < 0 || col >= width) {                  \
+                for (Py_ssize_t ch = 0; ch < cb; ch++)                                  \
+                    cell[ch] = (T)0;                                                    \
+                continue;                                                               \
+            }                                                                           \
+            const T *p = image + (row * width + col) * c;                               \
+            for (Py_ssize_t ch = 0; ch < cb; ch++)                                      \
+                cell[ch] = p[ch];                                                       \
+        }                                                                               \
+}                                                                                       \
+                                                                                        \
+/* u[plane_tiles, 36, C] from tile first_tile on = B^T d B of every tile's 6x6          \
+ * input window (zeros outside the input), the 36 terms row-major. */                   \
+CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
+                                    const WinogradGeometry *g)                          \
+{                                                                                       \
+    const Py_ssize_t c = g->c, th = TILES_OF(g->oh, g->tile);                           \
+    const Py_ssize_t tw = TILES_OF(g->ow, g->tile);                                     \
+    const Py_ssize_t plane = c;         /* from one term to the next */                 \
+    u += g->first_tile * 36 * c;                                                        \
+    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
+    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
+    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
+    for (Py_ssize_t c0 = 0; c0 < c; c0 += BLOCK) {                                     \
+        const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
+        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+        T d[6][6][BLOCK], t[6][6][BLOCK];                                               \
+        const Py_ssize_t row0 = ty * g->tile - g->top, col0 = tx * g->tile - g->left;   \
+        const T *image = x + img * g->h * g->w * c + c0;                                \
+        if (row0 >= 0 && col0 >= 0 && row0 + 6 <= g->h && col0 + 6 <= g->w) {          \
+            /* inside the image: read the window in place, no copy */                   \
+            const T *window = image + (row0 * g->w + col0) * c;                         \
+            const Py_ssize_t image_w = g->w;                                            \
+            for (int j = 0; j < 6; j++) {                                               \
+                _Pragma("GCC ivdep")                                                    \
+                B_T(T, X_COL, T_COL, cb)                                                \
+            }                                                                           \
+        } else {                                                                        \
+            load_tile_##SUFFIX(image, g->h, g->w, c, row0, col0, 6, cb, &d[0][0][0]);   \
+            for (int j = 0; j < 6; j++) {                                               \
+                _Pragma("GCC ivdep")                                                    \
+                B_T(T, D_COL, T_COL, cb)                                                \
+            }                                                                           \
+        }                                                                               \
+        for (int i = 0; i < 6; i++) {                                                   \
+            T *out = u + tile * 36 * c + (i * 6) * plane + c0;                          \
+            _Pragma("GCC ivdep")                                                        \
+            B_T(T, T_ROW, U_ROW, cb)                                                    \
+        }                                                                               \
+    }                                                                                   \
+}
+
+/* The output side of a tile of TILE x TILE outputs (TILE 4: F(4x4, 3x3), whose
+ * transforms are A_T and A_; TILE 2: F(2x2, 5x5), with A2_T and A2_): FUNCTIONS
+ * names the pair, e.g. f32_t4. The input side, winograd_input, is the same for
+ * both (the same 6x6 B^T), only its tile step differs. */
+#define DEFINE_WINOGRAD_TILES(T, FUNCTIONS, SUFFIX, TILE, AT_OF, A_OF)                  \
+/* v[N * TH * TW, 36, O] = A e A^T of every TILE x TILE tile e of the output            \
+ * gradient (zeros past its edge): the filter gradient of a tile is G^T [(A e           \
+ * A^T) * (B^T d B)] G, the forward pass's transpose. */                                \
+CPU_CLONES static void winograd_grad_tiles_##FUNCTIONS(const T *restrict grad,          \
+                                                      T *restrict v,                    \
+                                                      const WinogradGeometry *g)        \
+{                                                                                       \
+    const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
+    const Py_ssize_t plane = o;         /* from one term to the next */                 \
+    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
+    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
+    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
+    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
+        const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
+        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+        T e[TILE][TILE][BLOCK], t[6][TILE][BLOCK];                                      \
+        load_tile_##SUFFIX(grad + img * g->oh * g->ow * o + c0, g->oh, g->ow, o,        \
+                           ty * TILE, tx * TILE, TILE, cb, &e[0][0][0]);                \
+        for (int j = 0; j < TILE; j++) {                                                \
+            _Pragma("GCC ivdep")                                                        \
+            A_OF(T, E_COL, TE_COL, cb)                                                  \
+        }                                                                               \
+        for (int i = 0; i < 6; i++) {                                                   \
+            T *out = v + tile * 36 * o + (i * 6) * plane + c0;                          \
+            _Pragma("GCC ivdep")                                                        \
+            A_OF(T, TE_ROW, U_ROW, cb)                                                  \
+        }                                                                               \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* y[N, OH, OW, O] = A^T m A of every tile, m[N * TH * TW, 36, O] (the GEMMs'           \
+ * output); a tile's rows and columns past the output's edge are dropped. */            \
+CPU_CLONES static void winograd_output_##FUNCTIONS(const T *restrict m, T *restrict y,  \
+                                                  const WinogradGeometry *g)            \
+{                                                                                       \
+    const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
+    const Py_ssize_t plane = o;         /* from one term to the next */                 \
+    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
+    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
+    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
+    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
+        const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
+        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+        T t[TILE][6][BLOCK], r[TILE][TILE][BLOCK];                                      \
+        for (int j = 0; j < 6; j++) {                                                   \
+            const T *in = m + tile * 36 * o + j * plane + c0;                           \
+            _Pragma("GCC ivdep")                                                        \
+            AT_OF(T, M_COL, TM_COL, cb)                                                 \
+        }                                                                               \
+        for (int i = 0; i < TILE; i++) {                                                \
+            _Pragma("GCC ivdep")                                                        \
+            AT_OF(T, TM_ROW, R_ROW, cb)                                                 \
+        }                                                                               \
+        for (int i = 0; i < TILE && ty * TILE + i < g->oh; i++)                         \
+            for (int j = 0; j < TILE && tx * TILE + j < g->ow; j++) {                   \
+                T *p = y + ((img * g->oh + ty * TILE + i) * g->ow + tx * TILE + j) * o + c0; \
+                for (Py_ssize_t ch = 0; ch < cb; ch++)                                  \
+                    p[ch] = r[i][j][ch];                                                \
+            }                                                                           \
+    }                                                                                   \
+}
+
+/* Accessors for B_T and A_T: the transform runs down the columns of a tile
+ * (over i at a fixed j), then along the rows (over j at a fixed i). */
+#define D_COL(k) d[k][j][ch]
+#define X_COL(k) window[((k) * image_w + j) * c + ch]
+#define T_COL(k) t[k][j][ch]
+#define T_ROW(k) t[i][k][ch]
+#define U_ROW(k) out[(k) * plane + ch]
+#define M_COL(k) in[((k) * 6) * plane + ch]
+#define TM_COL(k) t[k][j][ch]
+#define TM_ROW(k) t[i][k][ch]
+#define R_ROW(k) r[i][k][ch]
+#define E_COL(k) e[k][j][ch]
+#define TE_COL(k) t[k][j][ch]
+#define TE_ROW(k) t[i][k][ch]
+
+DEFINE_WINOGRAD(float, f32)
+DEFINE_WINOGRAD(double, f64)
+DEFINE_WINOGRAD_TILES(float, f32_t4, f32, 4, A_T, A_)
+DEFINE_WINOGRAD_TILES(double, f64_t4, f64, 4, A_T, A_)
+
+/* -- Winograd F(2x2, 5x5) ------------------------------------------------------------ */
+
+/* A stride-1 5x5 convolution in tiles of 2x2 outputs, with the interpolation
+ * points of F(4x4, 3x3) (0, 1, -1, 2, -2 and infinity): n = m + r - 1 = 6 again,
+ * so the input transform B^T and the 36 GEMMs are F(4x4, 3x3)'s; the tiles step
+ * by 2 (their 6x6 windows overlap by 4), A^T is 2x6 (the points' powers 0 and
+ * 1) and G 6x5 (winograd.py). 36 multiplies per 4 outputs instead of 100. */
+
+/* y = A^T m along one axis: m is 6 vectors of cb, y 2. */
+#define A2_T(T, m, y, cb)                                                               \
+    for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
+        const T m0 = m(0), m1 = m(1), m2 = m(2), m3 = m(3), m4 = m(4), m5 = m(5);        \
+        y(0) = m0 + (m1 + m2) + (m3 + m4);                                              \
+        y(1) = (m1 - m2) + 2 * (m3 - m4) + m5;                                          \
+    }
+
+/* t = A e along one axis: e is 2 vectors of cb, t 6. */
+#define A2_(T, e, t, cb)                                                                \
+    for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
+        const T e0 = e(0), e1 = e(1), two1 = 2 * e1;                                   \
+        t(0) = e0;                                                                      \
+        t(1) = e0 + e1;                                                                 \
+        t(2) = e0 - e1;                                                                 \
+        t(3) = e0 + two1;                                                               \
+        t(4) = e0 - two1;                                                               \
+        t(5) = e1;                                                                      \
+    }
+
+DEFINE_WINOGRAD_TILES(float, f32_t2, f32, 2, A2_T, A2_)
+DEFINE_WINOGRAD_TILES(double, f64_t2, f64, 2, A2_T, A2_)
+
+PyObject *py_winograd_input(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *x_obj, *u_obj;
+    WinogradGeometry g = {.tile = 4};
+    if (!PyArg_ParseTuple(args, "O!OO:winograd_input", &PyTuple_Type, &shape, &x_obj, &u_obj)
+        || !PyArg_ParseTuple(shape, "nnnnnnnnnn|n", &g.n, &g.h, &g.w, &g.c, &g.top, &g.left,
+                             &g.oh, &g.ow, &g.first_tile, &g.plane_tiles, &g.tile))
+        return NULL;
+    Py_ssize_t tiles = 0;
+    if (g.n < 0 || g.h < 0 || g.w < 0 || g.c < 0 || g.top < 0 || g.left < 0 || g.oh < 0
+        || g.ow < 0 || g.first_tile < 0 || g.plane_tiles < 0 || !WINOGRAD_TILE(g.tile)
+        || product_of(SIZES(g.n, TILES_OF(g.oh, g.tile), TILES_OF(g.ow, g.tile)), "tiles",
+                      &tiles) < 0
+        || g.first_tile > g.plane_tiles - tiles) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError,
+                        "geometry (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles[, "
+                        "tile]): sizes must be >= 0, the images' tiles within a plane and "
+                        "the tile 4 (F(4x4, 3x3)) or 2 (F(2x2, 5x5))");
+        return NULL;
+    }
+    char kind = float_kind(x_obj, "x");
+    if (!kind)
+        return NULL;
+    Views views = {.held = 0};
+    void *x, *u;
+    if (take(&views, x_obj, 0, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
+        || take(&views, u_obj, 1, kind, SIZES(g.plane_tiles, 36, g.c), "u", &u) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (kind == 'f')
+        winograd_input_f32(x, u, &g);
+    else
+        winograd_input_f64(x, u, &g);
+    Py_END_ALLOW_THREADS
+    release_all(&views);
+    Py_RETURN_NONE;
+}
+
+/* F(2x2, 5x5)'s side of convert_output_tiles. */
+static void convert_tiles_t2(int to_tiles, char kind, void *m, void *y,
+                             const WinogradGeometry *g)
+{
+    if (to_tiles && kind == 'f')
+        winograd_grad_tiles_f32_t2(y, m, g);
+    else if (to_tiles)
+        winograd_grad_tiles_f64_t2(y, m, g);
+    else if (kind == 'f')
+        winograd_output_f32_t2(m, y, g);
+    else
+        winograd_output_f64_t2(m, y, g);
+}
+
+/* Between the tiles (4x4 or 2x2) of an [N, OH, OW, O] array y and their
+ * transformed [tiles, 36, O] m: A^T m A into y (to_tiles 0), A y A^T into m (1). */
+static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
+{
+    PyObject *shape, *m_obj, *y_obj;
+    WinogradGeometry g = {.tile = 4};
+    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &shape, &m_obj, &y_obj)
+        || !PyArg_ParseTuple(shape, "nnnn|n", &g.n, &g.oh, &g.ow, &g.c, &g.tile))
+        return NULL;
+    if (g.n < 0 || g.oh < 0 || g.ow < 0 || g.c < 0 || !WINOGRAD_TILE(g.tile)) {
+        PyErr_SetString(PyExc_ValueError, "geometry (n, oh, ow, o[, tile]): sizes must be "
+                        ">= 0 and the tile 4 (F(4x4, 3x3)) or 2 (F(2x2, 5x5))");
+        return NULL;
+    }
+    char kind = float_kind(y_obj, "y");
+    if (!kind)
+        return NULL;
+    Views views = {.held = 0};
+    void *m, *y;
+    if (take(&views, m_obj, to_tiles, kind,
+             SIZES(g.n, TILES_OF(g.oh, g.tile), TILES_OF(g.ow, g.tile), 36, g.c), "m", &m) < 0
+        || take(&views, y_obj, !to_tiles, kind, SIZES(g.n, g.oh, g.ow, g.c), "y", &y) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (g.tile == 2)
+        convert_tiles_t2(to_tiles, kind, m, y, &g);
+    else if (to_tiles && kind == 'f')
+        winograd_grad_tiles_f32_t4(y, m, &g);
+    else if (to_tiles)
+        winograd_grad_tiles_f64_t4(y, m, &g);
+    else if (kind == 'f')
+        winograd_output_f32_t4(m, y, &g);
+    else
+        winograd_output_f64_t4(m, y, &g);
+    Py_END_ALLOW_THREADS
+    release_all(&views);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_winograd_output(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return convert_output_tiles(args, 0);
+}
+
+PyObject *py_winograd_grad_tiles(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return convert_output_tiles(args, 1);
+}
