@@ -1,4 +1,5 @@
-"""The compiled window kernels (towerflow/backends/_native.c) against the
+"""The compiled window kernels (towerflow/backends/native_window.c; also
+the GEMM of native_gemm.c) against the
 NumPy kernels they stand in for: the same values (bit for bit for pooling and
 im2col, to rounding for col2im, which adds in another order), on ties, NaN
 and infinities, for every geometry they take; and NumPy for everything else.

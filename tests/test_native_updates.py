@@ -1,5 +1,5 @@
 """The optimizers' compiled in-place updates on the CPU
-(towerflow/backends/native_updates.py, _native.c's "optimizer updates"):
+(towerflow/backends/native_updates.py, native_updates.c):
 NumPy's kernels' bits in float32 and float64 (no FMA contraction, the same
 order of operations), the same bits with any thread split, TF 1.15's formulas
 on every device, loss scaling's gated updates, and NumPy's chain wherever the

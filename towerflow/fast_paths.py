@@ -57,7 +57,7 @@ def _cpu_pool_workers(on):
 
 FAST_PATHS = (
     FastPath("native", "TOWERFLOW_NATIVE", "1", "0",
-             "compiled kernels (_native.c): im2col, col2im, max pool, Winograd; the "
+             "compiled kernels (_native): im2col, col2im, max pool, Winograd; the "
              "optimizers' updates (gradient descent, momentum, Nesterov, Adam, RMSProp, "
              "Adagrad) in one threaded pass",
              "towerflow.backends.native:_compiled.im2col",

@@ -1,4 +1,5 @@
-"""The optional compiled window kernels (``_native.c``) behind the NumPy
+"""The optional compiled window kernels (the ``_native`` extension:
+``_native.c`` and the ``native_*.c`` files beside it) behind the NumPy
 backend's max pooling and convolutions, and when they apply.
 
 pip builds ``_native`` with the package wherever a C compiler is found; where
@@ -195,7 +196,8 @@ def _geometry(x, lay):
 
 
 def batch_norm_sums(geometry, x, shift, grad, relu_output, partials):
-    """Per-block float64 channel sums into ``partials`` (_native.c's batch_norm_sums)."""
+    """Per-block float64 channel sums into ``partials`` (native_batch_norm.c's
+    batch_norm_sums)."""
     _compiled.batch_norm_sums(geometry, x, shift, grad, relu_output, partials)
 
 
@@ -219,7 +221,7 @@ def batch_norm_pool(geometry, x, coefficients, out, code):
 
 def apply_update(kind, scalars, var, slot_a, slot_b, grad, part, parts):
     """One optimizer's in-place update of part ``part`` of ``parts`` of
-    ``var``'s elements (_native.c's apply_update); False, having written
+    ``var``'s elements (native_updates.c's apply_update); False, having written
     nothing, unless every array is a C-contiguous float32 or float64 NumPy
     array of var's shape and dtype."""
     return _compiled.apply_update(kind, scalars, var, slot_a, slot_b, grad, part, parts)

@@ -1,5 +1,5 @@
 """Training-mode batch norm on the CPU through the compiled kernels of
-``_native.c`` (its "training-mode batch norm" section), threaded over the
+``native_batch_norm.c`` (in the ``_native`` extension), threaded over the
 CPU pool: FusedBatchNorm, FusedBatchNormGrad and fusion.py's CPU chains
 ``_FusedBatchNormRelu`` (the ReLU applied as the output is written) and
 ``_ReluGradBatchNormGrad`` (the ReLU's gradient mask applied as the
@@ -143,7 +143,7 @@ def batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, paralle
 
 
 def _sums(rows2d, shift, grad2d, relu2d, parallel):
-    """[2, C] float64 sums over the rows (see _native.c's batch_norm_sums),
+    """[2, C] float64 sums over the rows (see native_batch_norm.c's batch_norm_sums),
     block partials added in block order."""
     count, channels = rows2d.shape
     per_block = block_rows(count, channels)

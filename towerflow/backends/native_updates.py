@@ -1,5 +1,6 @@
 """The optimizers' in-place updates on the CPU as one compiled pass over each
-variable (``_native.c``'s "optimizer updates" section), threaded over the CPU
+variable (``native_updates.c``, the ``_native`` extension's optimizer updates),
+threaded over the CPU
 pool for big variables.
 
 training_kernels.py's NumPy kernels update a variable in a chain of ufuncs,
@@ -31,7 +32,7 @@ from .cpu_threads import SERIAL
 # 1.06-1.33x at 2^20, 1.6-1.8x at the MNIST CNN's 3.2M.
 MIN_PARALLEL_ELEMENTS = 1 << 19
 _PADDING = [0.0] * 5     # apply_update takes five scalars; unused ones are 0
-# The kinds of _native.c's apply_update.
+# The kinds of native_updates.c's apply_update.
 GRADIENT_DESCENT, MOMENTUM, NESTEROV, ADAM, RMS_PROP, ADAGRAD = range(6)
 # Per kind, the variables of fewer elements are left to the NumPy chain: a
 # compiled update costs ~2 us before its pass, a chain ~0.4 us per ufunc call

@@ -8,7 +8,7 @@ of outputs from its 6x6 input window d as A^T [(G g G^T) * (B^T d B)] A:
 the product is taken term by term, so over the input channels it is 36
 GEMMs ``U[:, k] @ V[k]`` ([tiles, C] @ [C, O]) with 36 multiplies per 16
 outputs instead of 144. The transforms of d and of the product only add and
-scale, and the GEMMs run on a register-blocked kernel (``_native.c``); the
+scale, and the GEMMs run on a register-blocked kernel (``native_gemm.c``); the
 filter's transform, V, is small and made here once per call.
 
 A 5x5 convolution runs as F(2x2, 5x5) with the same interpolation points (0,
@@ -59,7 +59,7 @@ TERMS = 36          # a tile's 6x6 window, and its 36 transformed terms
 
 class Algorithm(NamedTuple):
     """One Winograd algorithm F(tile x tile, window x window) on 6x6 input
-    windows (B^T and the A^T of each ``tile`` are in _native.c).
+    windows (B^T and the A^T of each ``tile`` are in native_winograd.c).
 
     Example:
         >>> ALGORITHMS[5].tile, ALGORITHMS[5].transform.shape
