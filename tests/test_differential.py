@@ -75,15 +75,21 @@ def _conv(x, rng, out_channels, size=3, stride=1, padding="SAME", bias=False, re
     return tf.nn.relu(y) if relu else y
 
 
-def _dense(x, rng):
-    return tf.matmul(x, _weight(rng, [x.shape.dims[-1], CLASSES], x.dtype.base_dtype))
+def _dense(x, rng, hidden=None):
+    """Logits; with ``hidden``, through a ReLU layer of that many units first (40:
+    wide enough for the compiled GEMM, a ragged panel past 32 columns)."""
+    dtype = x.dtype.base_dtype
+    if hidden:
+        x = tf.nn.relu(tf.matmul(x, _weight(rng, [x.shape.dims[-1], hidden], dtype)))
+    return tf.matmul(x, _weight(rng, [x.shape.dims[-1], CLASSES], dtype))
 
 
 def thresholds_stack(x, rng):
     """14x14x3 in: input channels 3, 15 (< winograd.MIN_CHANNELS), 16, 17,
     24; Winograd outputs 12 (whole tiles) and 6 (a ragged tile), 3 (< a
     tile: im2col); stride 2; SAME and VALID; bias + ReLU (+ a 2x2 max pool:
-    the fused chain); no batch norm, so towers equal one device."""
+    the fused chain); a dense ReLU layer of 40 units (the compiled GEMM, its
+    rows or columns in thread parts); no batch norm, so towers equal one device."""
     x = _conv(x, rng, 15, bias=True, relu=True)
     x = _conv(x, rng, 16, bias=True, relu=True)
     x = _conv(x, rng, 17, padding="VALID", bias=True, relu=True)              # 12x12
@@ -91,13 +97,15 @@ def thresholds_stack(x, rng):
     x = _conv(x, rng, 24, bias=True, relu=True)
     x = _conv(x, rng, 24, stride=2, relu=True)                               # 3x3
     x = _conv(x, rng, 24, bias=True)
-    return _dense(tf.reduce_mean(x, axis=[1, 2]), rng)
+    return _dense(tf.reduce_mean(x, axis=[1, 2]), rng, hidden=40)
 
 
 def residual_stack(x, rng):
     """12x12x3 in: a 5x5 stem, batch norm, residual adds around Winograd
     convolutions (12x12 and a ragged 5x5), a stride-2 VALID convolution, a
-    3x3 stride-2 SAME max pool (not tiled: the NumPy pool), a 1x1 shortcut."""
+    3x3 stride-2 SAME max pool (not tiled: the NumPy pool), a 1x1 shortcut, a
+    dense ReLU layer 288 -> 40 (the compiled GEMM across two blocks of its inner
+    dimension, a ragged panel of columns, both transposed products)."""
     def bn(y):
         return tf.layers.batch_normalization(y, training=True, momentum=0.9)
 
@@ -108,7 +116,7 @@ def residual_stack(x, rng):
     x = x + _conv(tf.nn.relu(bn(_conv(x, rng, 32))), rng, 32, bias=True)
     x = tf.nn.max_pool(x, [1, 3, 3, 1], [1, 2, 2, 1], "SAME")                # 3x3
     x = tf.nn.relu(x + _conv(x, rng, 32, size=1))
-    return _dense(tf.reduce_max(x, axis=[1, 2]), rng)
+    return _dense(tf.reshape(x, [-1, 3 * 3 * 32]), rng, hidden=40)
 
 
 def cifar10_network(x, rng):
@@ -206,15 +214,16 @@ def probes(monkeypatch, splits_small_work):
         pytest.skip("the compiled kernels are not built (or TOWERFLOW_NATIVE=0)")
     calls = collections.Counter()
     for path in fast_paths.FAST_PATHS:
-        owner, attribute = fast_paths.probe_target(path)
-        monkeypatch.setattr(owner, attribute, _counted(getattr(owner, attribute), path.name,
-                                                       calls))
+        for probe in (path.probe,) + path.more_probes:
+            owner, attribute = fast_paths.probe_target(path, probe)
+            monkeypatch.setattr(owner, attribute, _counted(getattr(owner, attribute),
+                                                           (path.name, probe), calls))
     return calls
 
 
-def _counted(function, name, calls):
+def _counted(function, keys, calls):
     def probe(*args, **kwargs):
-        calls[name] += 1
+        calls.update(keys)     # the path's name, and the probe's own count
         return function(*args, **kwargs)
     return probe
 
@@ -243,7 +252,9 @@ def run_switched(probes, off, *args, **kwargs):
 def assert_ran(probes, off, paths=CPU_PATHS):
     for path in paths:
         if path.name not in off and not NEEDS.get(path.name, set()) & set(off):
-            assert probes[path.name] > 0, f"{path.name} never ran with {path.variable} on"
+            for probe in (path.probe,) + path.more_probes:
+                assert probes[probe] > 0, f"{path.name} never ran {probe} with " \
+                                          f"{path.variable} on"
 
 
 # -- the suite -----------------------------------------------------------------------

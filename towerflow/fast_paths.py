@@ -12,7 +12,8 @@ entry's ``probe``, that the fast path really ran when on and not when off::
 
 Adding a fast path is one entry in FAST_PATHS: its name, the environment
 variable, the values that turn it on and off, one line saying what it does,
-and a probe (``"module:attribute"``, a function only the fast path calls).
+and a probe (``"module:attribute"``, a function only the fast path calls;
+``more_probes`` names more where one entry switches several kernels).
 A switch read once at import (not per kernel call or per plan) also needs
 ``live``: a function ``live(on)`` that sets the running process's state and
 returns a function that restores it.
@@ -37,6 +38,7 @@ class FastPath:
     probe: str                 # "module:attr.attr": called only on the fast path
     devices: tuple = ("CPU",)  # the device types it runs on
     live: Callable[[bool], Callable[[], None]] | None = None
+    more_probes: tuple = ()    # more functions only it calls: each must run too
 
 
 def _cpu_pool_workers(on):
@@ -54,8 +56,11 @@ def _cpu_pool_workers(on):
 
 FAST_PATHS = (
     FastPath("native", "TOWERFLOW_NATIVE", "1", "0",
-             "compiled window kernels (_native.c): im2col, col2im, max pool, Winograd",
-             "towerflow.backends.native:_compiled.im2col"),
+             "compiled kernels (_native.c): im2col, col2im, max pool, Winograd; 2-D MatMuls "
+             "(dense layers and their gradients) of 32 float32 (16 float64) columns or more "
+             "on the blocked compiled GEMM",
+             "towerflow.backends.native:_compiled.im2col",
+             more_probes=("towerflow.backends.parallel_gemm:_split_gemm",)),
     FastPath("winograd", "TOWERFLOW_WINOGRAD", "1", "0",
              "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 channels",
              "towerflow.backends.winograd:WinogradConv.__call__"),
@@ -127,8 +132,9 @@ def switched(paths, on):
             _set_variable(variable, value)
 
 
-def probe_target(path):
-    """(object, attribute name) of ``path.probe``, to wrap and count calls.
+def probe_target(path, probe=None):
+    """(object, attribute name) of ``path.probe`` (or of ``probe``, one of its
+    ``more_probes``), to wrap and count calls.
 
     Example::
 
@@ -136,7 +142,7 @@ def probe_target(path):
         >>> owner.__name__, name
         ('WinogradConv', '__call__')
     """
-    module_name, attributes = path.probe.split(":")
+    module_name, attributes = (probe or path.probe).split(":")
     owner = importlib.import_module(module_name)
     *parents, attribute = attributes.split(".")
     for parent in parents:

@@ -109,26 +109,41 @@ def winograd_output(m, shape, y):
     return True
 
 
-# The compiled GEMM beats OpenBLAS (through NumPy, one thread) about 2x where
-# the product's rows are short: im2col's patches @ filter (27 to 800 wide),
-# col2im's grad @ filter^T, and a^T @ b with up to this many output rows; with
-# more (a 5x5 filter gradient's 800), OpenBLAS's cache blocking wins.
+# The compiled GEMM's unblocked loops beat OpenBLAS (through NumPy, one thread)
+# about 2x where the product's rows are short: im2col's patches @ filter (27 to
+# 800 wide), col2im's grad @ filter^T, and a^T @ b with up to this many output
+# rows; with more (a 5x5 filter gradient's 800), OpenBLAS's cache blocking won.
 GEMM_MAX_TRANSPOSED_ROWS = 320
 
 
-def gemm(a, b, out, transposed=False):
-    """out = a @ b (a [M, K], b [K, N], out [M, N]), or with ``transposed``
-    out = a^T @ b (a [K, M]), by the compiled register-blocked kernel; False
-    where it does not apply (then nothing is written): N must be a whole
-    number of vectors (see :func:`vector_columns`)."""
+def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=None):
+    """out = op(a) @ op(b) by the compiled register-blocked kernel, where op(a)
+    is a^T with ``transpose_a`` (a stored [K, M]) and op(b) is b^T with
+    ``transpose_b`` (b stored [N, K]); with ``rows`` and/or ``columns`` (a
+    (start, stop) range each) only that block of ``out`` is written (the
+    parts of a split product). Any width is taken. False where it does not
+    apply (then nothing is written): C-contiguous float32 or float64 NumPy
+    arrays of one dtype only.
+
+    Example::
+
+        >>> a, b = np.ones((50, 3136), np.float32), np.ones((1024, 3136), np.float32)
+        >>> out = np.empty((50, 1024), np.float32)
+        >>> gemm(a, b, out, transpose_b=True), float(out[0, 0])
+        (True, 3136.0)
+    """
     if not (accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
-            and _same_floats(a, b, out) and vector_columns(out.shape[1], out.dtype)):
+            and _same_floats(a, b, out)):
         return False
-    rows, inner = (a.shape[1], a.shape[0]) if transposed else a.shape
-    if b.shape != (inner, out.shape[1]) or out.shape[0] != rows:
-        raise ValueError(f"gemm: shapes {a.shape}{'^T' if transposed else ''} @ {b.shape} "
-                         f"-> {out.shape} do not match")
-    _compiled.gemm((rows, inner, out.shape[1], transposed), a, b, out)
+    (m, inner), n = (a.shape[::-1] if transpose_a else a.shape), out.shape[1]
+    if (b.shape[::-1] if transpose_b else b.shape) != (inner, n) or out.shape[0] != m:
+        raise ValueError(f"gemm: shapes {a.shape}{'^T' if transpose_a else ''} @ "
+                         f"{b.shape}{'^T' if transpose_b else ''} -> {out.shape} "
+                         f"do not match")
+    first_row, stop_row = rows or (0, m)
+    first_column, stop_column = columns or (0, n)
+    _compiled.gemm((m, inner, n, transpose_a, transpose_b, first_row, stop_row - first_row,
+                    first_column, stop_column - first_column), a, b, out)
     return True
 
 
@@ -137,6 +152,20 @@ def vector_columns(columns, dtype):
     vectors (16 float32 or 8 float64 values); narrower remainders ran at a
     tenth of OpenBLAS's speed, so they are left to NumPy."""
     return columns % (64 // np.dtype(dtype).itemsize) == 0
+
+
+# The blocked kernel's column panels are two vectors wide: products narrower
+# than one panel (a 10-way logits layer) ran at 0.2-0.6x OpenBLAS's speed.
+def gemm_wins(columns, dtype):
+    """Whether the compiled GEMM beats OpenBLAS on products ``columns`` wide:
+    at least one panel of two vectors (32 float32 or 16 float64 values).
+
+    Example::
+
+        >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)
+        (True, False)
+    """
+    return columns >= 2 * (64 // np.dtype(dtype).itemsize)
 
 
 def winograd_gemms(u, first_tile, w, m, sums=False):
