@@ -615,6 +615,9 @@ DEFINE_WINOGRAD_GEMMS(double, f64)
 #ifndef BLOCK_N
 #define BLOCK_N 1024
 #endif
+#ifndef TRANSPOSE_ROWS
+#define TRANSPOSE_ROWS 16
+#endif
 
 /* A thread's packing buffers, kept between calls (the pool's threads live on):
  * malloc's fresh mmaps faulted in their pages on every call. */
@@ -663,9 +666,10 @@ static inline void pack_b_##SUFFIX(const T *b, Py_ssize_t b_row, Py_ssize_t b_co
                        wide * sizeof(T));                                               \
     else                                                                                \
         for (Py_ssize_t j = 0; j < whole; j += wide)                                    \
-            for (Py_ssize_t v = 0; v < wide; v++)                                       \
-                for (Py_ssize_t p = 0; p < kc; p++)                                     \
-                    bp[j / wide * panel + p * wide + v] = b[(j + v) * b_col + p];       \
+            for (Py_ssize_t p0 = 0; p0 < kc; p0 += TRANSPOSE_ROWS)                      \
+                for (Py_ssize_t v = 0; v < wide; v++)                                   \
+                    for (Py_ssize_t p = p0; p < kc && p < p0 + TRANSPOSE_ROWS; p++)     \
+                        bp[j / wide * panel + p * wide + v] = b[(j + v) * b_col + p];   \
     if (whole < columns)                                                                \
         for (Py_ssize_t p = 0; p < kc; p++)                                             \
             for (Py_ssize_t v = 0; v < wide; v++)                                       \
