@@ -18,10 +18,12 @@ needs_native = pytest.mark.skipif(native._compiled is None,
 
 # (m, k, n): tiles of 6 rows and panels of 32 float32 / 16 float64 columns,
 # ragged and whole; inner dimensions one short of, at and past 256 and 512; row
-# blocks of 144 and column blocks of 1024 crossed; empty products and k = 0.
+# blocks of 144 and column blocks of 1024 crossed; empty products and k = 0. Up to
+# 64 columns with b under 512 KiB (not transposed) take the unpacked loops; (7,
+# 2100, 64)'s b is past that, so the blocked kernel.
 SHAPES = [(1, 1, 1), (5, 3, 15), (6, 256, 32), (7, 257, 33), (13, 255, 31), (12, 512, 16),
           (143, 300, 64), (144, 40, 97), (145, 513, 40), (150, 20, 1025), (50, 700, 1100),
-          (3, 0, 40), (0, 9, 32), (11, 5, 0)]
+          (7, 2100, 64), (3, 0, 40), (0, 9, 32), (11, 5, 0)]
 TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
 TRANSPOSE_IDS = ["a@b", "aT@b", "a@bT", "aT@bT"]
 

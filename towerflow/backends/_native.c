@@ -640,21 +640,22 @@ static void *packing_buffer(size_t bytes)
 #define DEFINE_BLOCKED_GEMM(T, SUFFIX, LANES, INDEX)                                     \
 typedef INDEX index_##SUFFIX __attribute__((vector_size((LANES) * sizeof(INDEX))));      \
                                                                                         \
-/* ap[panel][p][r] = a(i0 + panel * GEMM_ROWS + r, p0 + p), zeros past row m. */        \
+/* ap[panel][p][r] = a(i0 + panel * GEMM_ROWS + r, p0 + p), zeros past row m; a     \
+ * transposed a (a_row 1) is read along its rows, the others along p. */              \
 static inline __attribute__((always_inline)) void                                      \
 pack_a_##SUFFIX(const T *a, Py_ssize_t a_row, Py_ssize_t a_col, Py_ssize_t rows,        \
                 Py_ssize_t kc, T *restrict ap)                                          \
 {                                                                                       \
-    for (Py_ssize_t i = 0; i < rows; i += GEMM_ROWS, ap += GEMM_ROWS * kc)              \
-        for (int r = 0; r < GEMM_ROWS; r++) {                                           \
-            const T *row = a + (i + r) * a_row;                                         \
-            if (i + r < rows)                                                           \
+    for (Py_ssize_t i = 0; i < rows; i += GEMM_ROWS, ap += GEMM_ROWS * kc) {            \
+        const Py_ssize_t valid = rows - i < GEMM_ROWS ? rows - i : GEMM_ROWS;           \
+        if (a_row == 1 && valid == GEMM_ROWS)                                           \
+            for (Py_ssize_t p = 0; p < kc; p++)                                         \
+                memcpy(ap + p * GEMM_ROWS, a + i + p * a_col, GEMM_ROWS * sizeof(T));   \
+        else                                                                            \
+            for (int r = 0; r < GEMM_ROWS; r++)                                         \
                 for (Py_ssize_t p = 0; p < kc; p++)                                     \
-                    ap[p * GEMM_ROWS + r] = row[p * a_col];                             \
-            else                                                                        \
-                for (Py_ssize_t p = 0; p < kc; p++)                                     \
-                    ap[p * GEMM_ROWS + r] = 0;                                          \
-        }                                                                               \
+                    ap[p * GEMM_ROWS + r] = r < valid ? a[(i + r) * a_row + p * a_col] : 0; \
+    }                                                                                   \
 }                                                                                       \
                                                                                         \
 /* The LANES x LANES block of vectors r transposed in place: for h = LANES / 2 .. 1,  \
@@ -1502,12 +1503,16 @@ static PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* gemm_##SUFFIX's unpacked loops beat the blocked kernel (by 1.3-2x, see
+/* gemm_##SUFFIX's unpacked loops beat the blocked kernel (by 1.2-1.8x, see
  * benchmarks/dense_gemm.py) on the convolutions' narrow products: up to 4 vectors of
- * columns (64 float32) and b small enough to stay in the 1 MiB L2 (its rows are
- * read once per 6 rows of a): there packing a costs more than it saves. */
+ * columns (64 float32) and b small enough to stay in half the 1 MiB L2 (its rows are
+ * read once per 6 rows of a): there packing a costs more than it saves. With a 1 MiB
+ * b (a 320 x 4096^T @ 4096 x 64 filter gradient) the blocked kernel won, 178 to 143
+ * GFLOP/s. */
+#ifndef UNPACKED_MAX_VECTORS
 #define UNPACKED_MAX_VECTORS 4
-#define UNPACKED_MAX_B_BYTES (1 << 20)
+#endif
+#define UNPACKED_MAX_B_BYTES (1 << 19)
 
 /* c[i, j] for i in [first_row, first_row + rows), j in [first_column, first_column
  * + columns) of c[m, n] = op(a) @ op(b), op(a) [m, k], op(b) [k, n], where a is

@@ -109,11 +109,11 @@ def winograd_output(m, shape, y):
     return True
 
 
-# The compiled GEMM's unblocked loops beat OpenBLAS (through NumPy, one thread)
-# about 2x where the product's rows are short: im2col's patches @ filter (27 to
-# 800 wide), col2im's grad @ filter^T, and a^T @ b with up to this many output
-# rows; with more (a 5x5 filter gradient's 800), OpenBLAS's cache blocking won.
-GEMM_MAX_TRANSPOSED_ROWS = 320
+# The compiled GEMM beats OpenBLAS (through NumPy, one thread) 1.2-2x: its
+# unblocked loops on the convolutions' narrow products (im2col's patches @
+# filter, 27 to 800 wide, col2im's grad @ filter^T, the filter gradient's a^T @
+# b), its blocked and packed kernel on deep or wide ones (dense layers); _native.c
+# picks one by the shapes (UNPACKED_MAX_VECTORS). benchmarks/dense_gemm.py times both.
 
 
 def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=None):

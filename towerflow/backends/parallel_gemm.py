@@ -122,8 +122,7 @@ def _row_major(matrix, transposed):
 
 def _transposed_product(xp, a, b):
     """a.T @ b, by the compiled GEMM where it applies and wins (see native.py)."""
-    if a.shape[1] <= native.GEMM_MAX_TRANSPOSED_ROWS and \
-            native.vector_columns(b.shape[1], b.dtype):
+    if native.vector_columns(b.shape[1], b.dtype):
         out = xp.empty((a.shape[1], b.shape[1]), xp.result_type(a, b))
         if native.gemm(a, b, out, transpose_a=True):
             return out
