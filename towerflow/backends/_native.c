@@ -623,18 +623,52 @@ DEFINE_WINOGRAD_GEMMS(double, f64)
 #endif
 
 /* A thread's packing buffers, kept between calls (the pool's threads live on):
- * malloc's fresh mmaps faulted in their pages on every call. */
-static _Thread_local void *packed_buffer;
-static _Thread_local size_t packed_bytes;
+ * malloc's fresh mmaps faulted in their pages on every call. Freed when the
+ * thread ends (a thread-specific key's destructor), so short-lived threads leak
+ * nothing. */
+#include <pthread.h>
 
+typedef struct {
+    void *data;
+    size_t bytes;
+} PackingBuffer;
+
+static pthread_key_t packing_key;
+static pthread_once_t packing_key_once = PTHREAD_ONCE_INIT;
+static int packing_key_made;
+
+static void free_packing_buffer(void *held)
+{
+    PackingBuffer *buffer = held;
+    free(buffer->data);
+    free(buffer);
+}
+
+static void make_packing_key(void)
+{
+    packing_key_made = pthread_key_create(&packing_key, free_packing_buffer) == 0;
+}
+
+/* This thread's buffer of at least `bytes` (64-byte aligned); NULL if none. */
 static void *packing_buffer(size_t bytes)
 {
-    if (bytes > packed_bytes) {
-        free(packed_buffer);
-        packed_buffer = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        packed_bytes = packed_buffer ? bytes : 0;
+    pthread_once(&packing_key_once, make_packing_key);
+    if (!packing_key_made)
+        return NULL;
+    PackingBuffer *buffer = pthread_getspecific(packing_key);
+    if (!buffer) {
+        buffer = calloc(1, sizeof *buffer);
+        if (!buffer || pthread_setspecific(packing_key, buffer) != 0) {
+            free(buffer);
+            return NULL;
+        }
     }
-    return packed_buffer;
+    if (bytes > buffer->bytes) {
+        free(buffer->data);
+        buffer->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        buffer->bytes = buffer->data ? bytes : 0;
+    }
+    return buffer->data;
 }
 
 #define DEFINE_BLOCKED_GEMM(T, SUFFIX, LANES, INDEX)                                     \
