@@ -165,7 +165,7 @@ def gemm_wins(columns, dtype):
         >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)
         (True, False)
     """
-    return columns >= 2 * (64 // np.dtype(dtype).itemsize)
+    return columns >= 128 // np.dtype(dtype).itemsize     # 2 vectors of 64 bytes
 
 
 def winograd_gemms(u, first_tile, w, m, sums=False):

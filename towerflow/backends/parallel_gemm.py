@@ -78,14 +78,14 @@ def compiled_matmul(parallel, a, b, transpose_a=False, transpose_b=False):
         >>> compiled_matmul(cpu_threads.SERIAL, a, w).shape
         (50, 1024)
     """
+    columns = b.shape[0] if transpose_b else b.shape[1]
+    if not native.gemm_wins(columns, b.dtype):     # first: the cheapest test
+        return None
     a, transpose_a = _row_major(a, transpose_a)
     b, transpose_b = _row_major(b, transpose_b)
     if a is None or b is None or not native.float_arrays(a, b):
         return None
-    (rows, inner), columns = (a.shape[::-1] if transpose_a else a.shape), \
-        (b.shape[0] if transpose_b else b.shape[1])
-    if not native.gemm_wins(columns, a.dtype):
-        return None
+    rows, inner = a.shape[::-1] if transpose_a else a.shape
     out = np.empty((rows, columns), a.dtype)
     _split_gemm(parallel, a, b, out, transpose_a, transpose_b, inner)
     return out
