@@ -40,8 +40,10 @@ def operands(rng, m, k, n, transpose_a, transpose_b, dtype):
 
 def assert_product(out, left, right):
     """out within Higham's bound of the exact left @ right: k products summed
-    in float are within k * eps/2 * sum |products| (float64: eps = 2.2e-16)."""
-    exact = left.astype(np.float64) @ right.astype(np.float64)
+    in float are within k * eps/2 * sum |products| (float64: eps = 2.2e-16,
+    against a long double reference: a float64 one errs by as much)."""
+    wide = np.longdouble if out.dtype == np.float64 else np.float64
+    exact = left.astype(wide) @ right.astype(wide)
     eps = np.finfo(out.dtype).eps
     bound = left.shape[1] * eps / 2 * (np.abs(left).astype(np.float64) @ np.abs(right))
     assert np.all(np.abs(out - exact) <= bound + np.finfo(out.dtype).tiny)
