@@ -15,7 +15,10 @@ transform scaling a ragged last tile's last column by 1 + 1e-9, a cache
 block losing its last image, a thread part's filter-gradient sum dropped,
 the fused conv's bias added in the first block only, one tower's weight
 1e-6 off, the GPU's fused batch norm + ReLU offset 1e-9 off, switches that
-do nothing (Winograd's, the thread pool's, the cache blocks', CUDA graphs');
+do nothing (Winograd's, the thread pool's, the cache blocks', CUDA graphs',
+the compiled dense MatMuls'), the blocked GEMM dropping a ragged tile's
+earlier inner-dimension blocks, its a panels 1e-9 off at one p, a dense
+product's thread part one column short;
 and one real fault: float64 towers weighed by float32 shard fractions,
 ~1e-8 off one device (fixed in parallel/replication.py).
 """
