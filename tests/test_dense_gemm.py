@@ -16,8 +16,9 @@ from gradient_check import check_gradients, floats, grad_case
 import towerflow as tf
 from towerflow.backends import cpu_threads, native, parallel_gemm
 
-needs_native = pytest.mark.skipif(native._compiled is None,
-                                  reason="towerflow.backends._native is not built")
+needs_native = pytest.mark.skipif(
+    not native.VECTOR_GEMM, reason="the compiled GEMM is not built, or the CPU lacks "
+    "AVX-512 (then every GEMM runs in NumPy)")
 
 # (m, k, n): tiles of 6 rows and panels of 32 float32 / 16 float64 columns,
 # ragged and whole; inner dimensions one short of, at and past 256 and 512; row
@@ -160,6 +161,30 @@ def test_narrow_products_mixed_dtypes_and_the_switch_stay_on_numpy(monkeypatch):
     assert parallel_gemm.compiled_matmul(serial, a, wide) is None
 
 
+@pytest.mark.skipif(native._compiled is None or not os.path.exists("/proc/cpuinfo"),
+                    reason="needs the compiled kernels and Linux's /proc/cpuinfo")
+def test_the_gemms_run_compiled_exactly_where_the_cpu_has_avx512():
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next(line for line in cpuinfo if line.startswith("flags")).split()
+    assert native._compiled.gemm_vectorised() == ("avx512f" in flags)
+
+
+def test_without_avx512_every_gemm_is_left_to_numpy(monkeypatch):
+    # the GEMMs' 64-byte vectors ran 40x slower than OpenBLAS in AVX2 and default builds
+    monkeypatch.setattr(native, "VECTOR_GEMM", False)
+    rng = np.random.default_rng(8)
+    a, w = rng.standard_normal((50, 300)), rng.standard_normal((300, 64))
+    out = np.full((50, 64), np.nan)
+    assert not native.gemm(a, w, out) and np.isnan(out).all()
+    assert not native.gemm_wins(1024, np.float32)
+    assert parallel_gemm.compiled_matmul(cpu_threads.SERIAL, a, w) is None
+    assert not native.winograd_gemms(np.ones((4, 36, 16)), 0, np.ones((36, 16, 16)),
+                                     np.empty((4, 36, 16)))
+    with tf.Graph().as_default(), tf.Session() as sess:
+        assert_near_numpy(sess.run(tf.matmul(tf.constant(a), tf.constant(w))), a @ w)
+
+
+@needs_native
 def test_a_panel_is_two_vectors_of_columns():
     assert [native.gemm_wins(n, np.float32) for n in (31, 32, 1024)] == [False, True, True]
     assert [native.gemm_wins(n, np.float64) for n in (15, 16)] == [False, True]
@@ -194,7 +219,7 @@ def test_matmul_op_on_every_device(op_device, compiled_calls, dtype, transpose_a
             got = sess.run(product)
     assert got.dtype == dtype
     assert_product(got, a.T if transpose_a else a, b.T if transpose_b else b)
-    on_cpu = op_device.startswith("/cpu") and native.available()
+    on_cpu = op_device.startswith("/cpu") and native.available() and native.VECTOR_GEMM
     assert compiled_calls == ([(m, n)] if on_cpu else [])
 
 
@@ -220,6 +245,6 @@ GRADIENT_PRODUCTS = {"matmul_wide": {(17, 20), (20, 18)},
 @pytest.mark.parametrize("case", WIDE_GRAD_CASES, ids=lambda case: case.name)
 def test_wide_matmul_gradients(op_device, compiled_calls, case):
     check_gradients(case, np.random.default_rng(7), device=op_device)
-    on_cpu = op_device.startswith("/cpu") and native.available()
+    on_cpu = op_device.startswith("/cpu") and native.available() and native.VECTOR_GEMM
     expected = GRADIENT_PRODUCTS[case.name] | {(17, 18)}
     assert set(compiled_calls) == (expected if on_cpu else set())

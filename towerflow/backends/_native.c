@@ -1594,6 +1594,25 @@ static int read_gemm_geometry(PyObject *shape, GemmGeometry *g)
                                            (g).n, (g).rows, (g).k, (g).columns);        \
     } while (0)
 
+/* gemm_vectorised(): whether the GEMMs run on 64-byte vectors in registers. Their
+ * vectors are 16 float32 wide: on a CPU without AVX-512 (their AVX2 and default
+ * clones), or built without the clones, GCC moves them through memory in pieces,
+ * and they ran at 2-3 GFLOP/s, 40x slower than OpenBLAS; native.py leaves every
+ * GEMM to NumPy there. */
+static PyObject *py_gemm_vectorised(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+#if defined(__AVX512F__)
+    Py_RETURN_TRUE;
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    return PyBool_FromLong(__builtin_cpu_supports("avx512f"));
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 /* gemm(geometry, a, b, c): the block of c = op(a) @ op(b) that the geometry names
  * (see GemmGeometry); the rest of c is left as it was. */
 static PyObject *py_gemm(PyObject *self, PyObject *args)
@@ -1672,6 +1691,9 @@ static PyMethodDef methods[] = {
      "gemm(geometry, a, b, c): a block of c = op(a) @ op(b), either operand transposed "
      "(the register-blocked kernel of Winograd's GEMMs; blocked and packed for deep inner "
      "dimensions)."},
+    {"gemm_vectorised", py_gemm_vectorised, METH_NOARGS,
+     "gemm_vectorised(): whether gemm and winograd_gemms run on AVX-512 vectors (else "
+     "they are 40x slower than OpenBLAS: leave them to NumPy)."},
     {"winograd_gemms", py_winograd_gemms, METH_VARARGS,
      "winograd_gemms(geometry, u, w, m): the 36 GEMMs of a block of Winograd tiles "
      "(m[:, t] = u[:, t] @ w[t], or with sums m[t] += u[:, t]^T @ w[:, t]; see _native.c)."},

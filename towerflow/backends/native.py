@@ -22,6 +22,9 @@ except ImportError:           # no compiler at install time: NumPy kernels only
     _compiled = None
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# The GEMMs' 64-byte vectors need AVX-512: elsewhere they ran 40x slower than
+# OpenBLAS, so gemm and winograd_gemms decline (see _native.c's gemm_vectorised).
+VECTOR_GEMM = _compiled is not None and _compiled.gemm_vectorised()
 
 
 def available():
@@ -123,7 +126,7 @@ def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=Non
     (start, stop) range each) only that block of ``out`` is written (the
     parts of a split product). Any width is taken. False where it does not
     apply (then nothing is written): C-contiguous float32 or float64 NumPy
-    arrays of one dtype only.
+    arrays of one dtype only, on a CPU with AVX-512 (:data:`VECTOR_GEMM`).
 
     Example::
 
@@ -132,7 +135,7 @@ def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=Non
         >>> gemm(a, b, out, transpose_b=True), float(out[0, 0])
         (True, 3136.0)
     """
-    if not (accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
+    if not (VECTOR_GEMM and accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
             and _same_floats(a, b, out)):
         return False
     (m, inner), n = (a.shape[::-1] if transpose_a else a.shape), out.shape[1]
@@ -158,14 +161,15 @@ def vector_columns(columns, dtype):
 # than one panel (a 10-way logits layer) ran at 0.2-0.6x OpenBLAS's speed.
 def gemm_wins(columns, dtype):
     """Whether the compiled GEMM beats OpenBLAS on products ``columns`` wide:
-    at least one panel of two vectors (32 float32 or 16 float64 values).
+    at least one panel of two vectors (32 float32 or 16 float64 values), on a
+    CPU where it runs vectorised (:data:`VECTOR_GEMM`).
 
     Example::
 
-        >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)
+        >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)   # with AVX-512
         (True, False)
     """
-    return columns >= 128 // np.dtype(dtype).itemsize     # 2 vectors of 64 bytes
+    return VECTOR_GEMM and columns >= 128 // np.dtype(dtype).itemsize  # 2 x 64 bytes
 
 
 def winograd_gemms(u, first_tile, w, m, sums=False):
@@ -175,8 +179,8 @@ def winograd_gemms(u, first_tile, w, m, sums=False):
     O], m [tiles, 36, O]), or with ``sums`` ``m[t] += u_block[:, t]^T @ w[:,
     t]`` (w [tiles, 36, O], m [36, C, O]: the filter gradient, added to what
     ``m`` holds). False if the compiled kernel does not apply."""
-    if not (accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3 and _same_floats(u, w, m)
-            and vector_columns(m.shape[2], m.dtype)):
+    if not (VECTOR_GEMM and accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3
+            and _same_floats(u, w, m) and vector_columns(m.shape[2], m.dtype)):
         return False
     tiles = w.shape[0] if sums else m.shape[0]
     _compiled.winograd_gemms((u.shape[0], first_tile, tiles, u.shape[2], m.shape[2], sums),
