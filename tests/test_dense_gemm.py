@@ -17,8 +17,9 @@ import towerflow as tf
 from towerflow.backends import cpu_threads, native, parallel_gemm
 
 needs_native = pytest.mark.skipif(
-    not native.VECTOR_GEMM, reason="the compiled GEMM is not built, or the CPU lacks "
-    "AVX-512 (then every GEMM runs in NumPy)")
+    not (native.VECTOR_GEMM and native.available()), reason="the compiled GEMM is not "
+    "built, switched off (TOWERFLOW_NATIVE=0), or the CPU lacks AVX-512 (then every GEMM "
+    "runs in NumPy)")
 
 # (m, k, n): tiles of 6 rows and panels of 32 float32 / 16 float64 columns,
 # ragged and whole; inner dimensions one short of, at and past 256 and 512; row
