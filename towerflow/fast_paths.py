@@ -59,9 +59,11 @@ FAST_PATHS = (
     FastPath("native", "TOWERFLOW_NATIVE", "1", "0",
              "compiled kernels (_native): im2col, col2im, max pool, Winograd; the "
              "optimizers' updates (gradient descent, momentum, Nesterov, Adam, RMSProp, "
-             "Adagrad) in one threaded pass",
+             "Adagrad) in one threaded pass; 2-D MatMuls (dense layers and their "
+             "gradients) of 32 float32 (16 float64) columns or more on the blocked GEMM",
              "towerflow.backends.native:_compiled.im2col",
-             more_probes=("towerflow.backends.native:apply_update",)),
+             more_probes=("towerflow.backends.native:apply_update",
+                          "towerflow.backends.parallel_gemm:_split_gemm")),
     FastPath("winograd", "TOWERFLOW_WINOGRAD", "1", "0",
              "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 input "
              "channels, F(2x2, 5x5) for stride-1 5x5 ones of >= 20",

@@ -165,8 +165,12 @@ static PyMethodDef methods[] = {
      "winograd_grad_tiles(geometry, v, grad): v[tiles, 36, O] = A e A^T of each tile e "
      "of the NHWC output gradient (zeros past its edge), for the filter gradient."},
     {"gemm", py_gemm, METH_VARARGS,
-     "gemm(geometry, a, b, c): c = a @ b, or a^T @ b (the register-blocked kernel of "
-     "Winograd's GEMMs, for thin inner dimensions)."},
+     "gemm(geometry, a, b, c): a block of c = op(a) @ op(b), either operand transposed "
+     "(the register-blocked kernel of Winograd's GEMMs; blocked and packed for deep inner "
+     "dimensions; see native_gemm.c)."},
+    {"gemm_vectorised", py_gemm_vectorised, METH_NOARGS,
+     "gemm_vectorised(): whether gemm and winograd_gemms run on AVX-512 vectors (else "
+     "they are 40x slower than OpenBLAS: leave them to NumPy)."},
     {"winograd_gemms", py_winograd_gemms, METH_VARARGS,
      "winograd_gemms(geometry, u, w, m): the 36 GEMMs of a block of Winograd tiles "
      "(m[:, t] = u[:, t] @ w[t], or with sums m[t] += u[:, t]^T @ w[:, t]; see native_gemm.c)."},

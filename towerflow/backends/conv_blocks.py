@@ -160,7 +160,7 @@ def winograd_filter_gradient(parallel, kept, grad, algorithm):
 def _matmul(xp, a, b, out):
     """out = a @ b, by the compiled GEMM where it takes the arrays (about 2x
     OpenBLAS's single-threaded speed on these thin products, see native.py)."""
-    if not native.gemm(a, b, out):
+    if not (native.vector_columns(out.shape[1], out.dtype) and native.gemm(a, b, out)):
         xp.matmul(a, b, out=out)
 
 

@@ -138,10 +138,14 @@ def _floor_div_kernel(xp, dtype):
 
 def _matmul_kernel(xp, attrs, parallel):
     transpose_a, transpose_b = attrs["transpose_a"], attrs["transpose_b"]
-    if parallel.workers == 1 and not (transpose_a or transpose_b):
+    if not parallel.host and not (transpose_a or transpose_b):
         return xp.matmul
 
     def matmul(a, b):
+        if a.ndim == 2 and b.ndim == 2:
+            out = parallel_gemm.compiled_matmul(parallel, a, b, transpose_a, transpose_b)
+            if out is not None:
+                return out
         if transpose_a:
             a = xp.swapaxes(a, -1, -2)
         if transpose_b:

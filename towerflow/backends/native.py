@@ -23,6 +23,9 @@ except ImportError:           # no compiler at install time: NumPy kernels only
     _compiled = None
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# The GEMMs' 64-byte vectors need AVX-512: elsewhere they ran 40x slower than
+# OpenBLAS, so gemm and winograd_gemms decline (see native_gemm.c's gemm_vectorised).
+VECTOR_GEMM = _compiled is not None and _compiled.gemm_vectorised()
 
 
 def available():
@@ -112,26 +115,41 @@ def winograd_output(m, shape, y, tile=4):
     return True
 
 
-# The compiled GEMM beats OpenBLAS (through NumPy, one thread) about 2x where
-# the product's rows are short: im2col's patches @ filter (27 to 800 wide),
-# col2im's grad @ filter^T, and a^T @ b with up to this many output rows; with
-# more (a 5x5 filter gradient's 800), OpenBLAS's cache blocking wins.
-GEMM_MAX_TRANSPOSED_ROWS = 320
+# The compiled GEMM beats OpenBLAS (through NumPy, one thread) 1.2-2x: its
+# unblocked loops on the convolutions' narrow products (im2col's patches @
+# filter, 27 to 800 wide, col2im's grad @ filter^T, the filter gradient's a^T @
+# b), its blocked and packed kernel on deep or wide ones (dense layers); native_gemm.c
+# picks one by the shapes (UNPACKED_MAX_VECTORS). benchmarks/dense_gemm.py times both.
 
 
-def gemm(a, b, out, transposed=False):
-    """out = a @ b (a [M, K], b [K, N], out [M, N]), or with ``transposed``
-    out = a^T @ b (a [K, M]), by the compiled register-blocked kernel; False
-    where it does not apply (then nothing is written): N must be a whole
-    number of vectors (see :func:`vector_columns`)."""
-    if not (accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
-            and _same_floats(a, b, out) and vector_columns(out.shape[1], out.dtype)):
+def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=None):
+    """out = op(a) @ op(b) by the compiled register-blocked kernel, where op(a)
+    is a^T with ``transpose_a`` (a stored [K, M]) and op(b) is b^T with
+    ``transpose_b`` (b stored [N, K]); with ``rows`` and/or ``columns`` (a
+    (start, stop) range each) only that block of ``out`` is written (the
+    parts of a split product). Any width is taken. False where it does not
+    apply (then nothing is written): C-contiguous float32 or float64 NumPy
+    arrays of one dtype only, on a CPU with AVX-512 (:data:`VECTOR_GEMM`).
+
+    Example::
+
+        >>> a, b = np.ones((50, 3136), np.float32), np.ones((1024, 3136), np.float32)
+        >>> out = np.empty((50, 1024), np.float32)
+        >>> gemm(a, b, out, transpose_b=True), float(out[0, 0])
+        (True, 3136.0)
+    """
+    if not (VECTOR_GEMM and accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
+            and _same_floats(a, b, out)):
         return False
-    rows, inner = (a.shape[1], a.shape[0]) if transposed else a.shape
-    if b.shape != (inner, out.shape[1]) or out.shape[0] != rows:
-        raise ValueError(f"gemm: shapes {a.shape}{'^T' if transposed else ''} @ {b.shape} "
-                         f"-> {out.shape} do not match")
-    _compiled.gemm((rows, inner, out.shape[1], transposed), a, b, out)
+    (m, inner), n = (a.shape[::-1] if transpose_a else a.shape), out.shape[1]
+    if (b.shape[::-1] if transpose_b else b.shape) != (inner, n) or out.shape[0] != m:
+        raise ValueError(f"gemm: shapes {a.shape}{'^T' if transpose_a else ''} @ "
+                         f"{b.shape}{'^T' if transpose_b else ''} -> {out.shape} "
+                         f"do not match")
+    first_row, stop_row = rows or (0, m)
+    first_column, stop_column = columns or (0, n)
+    _compiled.gemm((m, inner, n, transpose_a, transpose_b, first_row, stop_row - first_row,
+                    first_column, stop_column - first_column), a, b, out)
     return True
 
 
@@ -142,6 +160,21 @@ def vector_columns(columns, dtype):
     return columns % (64 // np.dtype(dtype).itemsize) == 0
 
 
+# The blocked kernel's column panels are two vectors wide: products narrower
+# than one panel (a 10-way logits layer) ran at 0.2-0.6x OpenBLAS's speed.
+def gemm_wins(columns, dtype):
+    """Whether the compiled GEMM beats OpenBLAS on products ``columns`` wide:
+    at least one panel of two vectors (32 float32 or 16 float64 values), on a
+    CPU where it runs vectorised (:data:`VECTOR_GEMM`).
+
+    Example::
+
+        >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)   # with AVX-512
+        (True, False)
+    """
+    return VECTOR_GEMM and columns >= 128 // np.dtype(dtype).itemsize  # 2 x 64 bytes
+
+
 def winograd_gemms(u, first_tile, w, m, sums=False):
     """The 36 GEMMs of a block of Winograd tiles, into ``m``: u[plane, 36, C]
     holds the transformed inputs, the block being tiles ``first_tile`` ..
@@ -149,8 +182,8 @@ def winograd_gemms(u, first_tile, w, m, sums=False):
     O], m [tiles, 36, O]), or with ``sums`` ``m[t] += u_block[:, t]^T @ w[:,
     t]`` (w [tiles, 36, O], m [36, C, O]: the filter gradient, added to what
     ``m`` holds). False if the compiled kernel does not apply."""
-    if not (accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3 and _same_floats(u, w, m)
-            and vector_columns(m.shape[2], m.dtype)):
+    if not (VECTOR_GEMM and accepts(u, w, m) and u.ndim == w.ndim == m.ndim == 3
+            and _same_floats(u, w, m) and vector_columns(m.shape[2], m.dtype)):
         return False
     tiles = w.shape[0] if sums else m.shape[0]
     _compiled.winograd_gemms((u.shape[0], first_tile, tiles, u.shape[2], m.shape[2], sums),

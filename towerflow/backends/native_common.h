@@ -95,6 +95,7 @@ NATIVE_HIDDEN PyObject *py_winograd_grad_tiles(PyObject *self, PyObject *args);
 /* native_gemm.c */
 NATIVE_HIDDEN PyObject *py_winograd_gemms(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_gemm(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_gemm_vectorised(PyObject *self, PyObject *args);
 /* native_batch_norm.c */
 NATIVE_HIDDEN PyObject *py_batch_norm_sums(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_batch_norm_apply(PyObject *self, PyObject *args);

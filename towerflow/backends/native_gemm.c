@@ -1,6 +1,9 @@
 /* The register-blocked GEMM, Winograd's 36 GEMMs on it, and their entry points. */
 #include "native_common.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
 /* -- Winograd's 36 GEMMs -------------------------------------------------------------- */
 
 /* The term-by-term products of Winograd (m[t] = u[t] @ v[t] for the 36 terms t,
@@ -134,6 +137,262 @@ static void winograd_gemms_##SUFFIX(const T *u, const T *w, T *m, Py_ssize_t fir
 DEFINE_WINOGRAD_GEMMS(float, f32)
 DEFINE_WINOGRAD_GEMMS(double, f64)
 
+/* -- the blocked GEMM (MatMul and its gradients; see native.gemm) ---------------------- */
+
+/* gemm_##SUFFIX above streams b's rows straight from memory and runs each dot
+ * product over the whole inner dimension: fast where that dimension is short,
+ * but on deep ones (a dense layer's 3,136 inputs) b's rows leave the caches
+ * before they are used again, and rows 4 KiB apart (1,024 float32 columns) all
+ * fall into one L1 set. This one is blocked the way GotoBLAS / BLIS are: the
+ * inner dimension in blocks of BLOCK_K, b packed block by block into panels of
+ * 2 vectors of columns (BLOCK_K rows, contiguous: no aliasing, prefetch friendly,
+ * and a transposed b costs nothing more), a packed into panels of GEMM_ROWS rows
+ * (BLOCK_M rows at a time), and the same 6 x 2-vector register tile as gemm above.
+ * Panels are padded with zeros, so any width and height is taken; an edge tile
+ * is computed into a local tile and its valid part copied. Every element's sum
+ * runs over the blocks of p in order, p in order within a block: the bits do not
+ * depend on the thread or on how the caller splits rows or columns. */
+
+/* BLOCK_K: one b panel (BLOCK_K x 32 float32 = 32 KiB) stays in a 48 KiB L1 while
+ * it meets every a panel. BLOCK_M: the packed a block (BLOCK_M x BLOCK_K float32,
+ * 144 KiB) stays in the 1 MiB L2. BLOCK_N: the packed b block (1 MiB float32)
+ * stays in L2/L3 while the a blocks pass. Measured: see benchmarks/dense_gemm.py. */
+#ifndef BLOCK_K
+#define BLOCK_K 256
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 144
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 1024
+#endif
+/* Packed b panels are 32 KiB (a multiple of 4 KiB) long: the same row of 32 panels,
+ * written one after another while packing, fell into one L1 set. This many more
+ * items between panels spreads them over the sets (measured: packing 2.6x faster). */
+#ifndef PANEL_PAD
+#define PANEL_PAD 16
+#endif
+
+/* A thread's packing buffers, kept between calls (the pool's threads live on):
+ * malloc's fresh mmaps faulted in their pages on every call. Freed when the
+ * thread ends (a thread-specific key's destructor), so short-lived threads leak
+ * nothing. */
+#include <pthread.h>
+
+typedef struct {
+    void *data;
+    size_t bytes;
+} PackingBuffer;
+
+static pthread_key_t packing_key;
+static pthread_once_t packing_key_once = PTHREAD_ONCE_INIT;
+static int packing_key_made;
+
+static void free_packing_buffer(void *held)
+{
+    PackingBuffer *buffer = held;
+    free(buffer->data);
+    free(buffer);
+}
+
+static void make_packing_key(void)
+{
+    packing_key_made = pthread_key_create(&packing_key, free_packing_buffer) == 0;
+}
+
+/* This thread's buffer of at least `bytes` (64-byte aligned); NULL if none. */
+static void *packing_buffer(size_t bytes)
+{
+    pthread_once(&packing_key_once, make_packing_key);
+    if (!packing_key_made)
+        return NULL;
+    PackingBuffer *buffer = pthread_getspecific(packing_key);
+    if (!buffer) {
+        buffer = calloc(1, sizeof *buffer);
+        if (!buffer || pthread_setspecific(packing_key, buffer) != 0) {
+            free(buffer);
+            return NULL;
+        }
+    }
+    if (bytes > buffer->bytes) {
+        free(buffer->data);
+        buffer->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        buffer->bytes = buffer->data ? bytes : 0;
+    }
+    return buffer->data;
+}
+
+#define DEFINE_BLOCKED_GEMM(T, SUFFIX, LANES, INDEX)                                     \
+typedef INDEX index_##SUFFIX __attribute__((vector_size((LANES) * sizeof(INDEX))));      \
+                                                                                        \
+/* ap[panel][p][r] = a(i0 + panel * GEMM_ROWS + r, p0 + p), zeros past row m; a     \
+ * transposed a (a_row 1) is read along its rows, the others along p. */              \
+static inline __attribute__((always_inline)) void                                      \
+pack_a_##SUFFIX(const T *a, Py_ssize_t a_row, Py_ssize_t a_col, Py_ssize_t rows,        \
+                Py_ssize_t kc, T *restrict ap)                                          \
+{                                                                                       \
+    for (Py_ssize_t i = 0; i < rows; i += GEMM_ROWS, ap += GEMM_ROWS * kc) {            \
+        const Py_ssize_t valid = rows - i < GEMM_ROWS ? rows - i : GEMM_ROWS;           \
+        if (a_row == 1 && valid == GEMM_ROWS)                                           \
+            for (Py_ssize_t p = 0; p < kc; p++)                                         \
+                memcpy(ap + p * GEMM_ROWS, a + i + p * a_col, GEMM_ROWS * sizeof(T));   \
+        else                                                                            \
+            for (int r = 0; r < GEMM_ROWS; r++)                                         \
+                for (Py_ssize_t p = 0; p < kc; p++)                                     \
+                    ap[p * GEMM_ROWS + r] = r < valid ? a[(i + r) * a_row + p * a_col] : 0; \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* The LANES x LANES block of vectors r transposed in place: for h = LANES / 2 .. 1,  \
+ * the off-diagonal h x h blocks of every 2h x 2h block swap places (2 shuffles per  \
+ * pair of rows: 4 x 16 two-vector shuffles for float32 instead of 256 scalar stores, \
+ * which held a transposed b's packing to 1 item per cycle). */                       \
+static inline __attribute__((always_inline)) void                                      \
+transpose_##SUFFIX(vec_##SUFFIX r[LANES])                                               \
+{                                                                                       \
+    _Pragma("GCC unroll 4")                                                             \
+    for (int h = (LANES) / 2; h >= 1; h /= 2) {                                         \
+        index_##SUFFIX low, high;                                                       \
+        _Pragma("GCC unroll 16")                                                        \
+        for (int c = 0; c < (LANES); c++) {                                             \
+            low[c] = (c & h) ? (LANES) + c - h : c;                                     \
+            high[c] = (c & h) ? (LANES) + c : c + h;                                    \
+        }                                                                               \
+        _Pragma("GCC unroll 16")                                                        \
+        for (int i = 0; i < (LANES); i++)                                               \
+            if (!(i & h)) {                                                             \
+                const vec_##SUFFIX x = r[i], y = r[i + h];                              \
+                r[i] = __builtin_shuffle(x, y, low);                                    \
+                r[i + h] = __builtin_shuffle(x, y, high);                               \
+            }                                                                           \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* The panel bp[p][v] = b[(j + v) * b_col + p] of a transposed b: LANES x LANES       \
+ * blocks read as vectors along p, transposed in registers, stored along v. */         \
+static inline __attribute__((always_inline)) void                                      \
+pack_transposed_panel_##SUFFIX(const T *b, Py_ssize_t b_col, Py_ssize_t kc,             \
+                               T *restrict bp)                                          \
+{                                                                                       \
+    const Py_ssize_t wide = 2 * (LANES), whole = kc / (LANES) * (LANES);                \
+    for (Py_ssize_t v0 = 0; v0 < wide; v0 += (LANES))                                   \
+        for (Py_ssize_t p0 = 0; p0 < whole; p0 += (LANES)) {                            \
+            vec_##SUFFIX r[LANES];                                                      \
+            _Pragma("GCC unroll 16")                                                    \
+            for (int v = 0; v < (LANES); v++)                                           \
+                memcpy(&r[v], b + (v0 + v) * b_col + p0, sizeof r[v]);                 \
+            transpose_##SUFFIX(r);                                                      \
+            _Pragma("GCC unroll 16")                                                    \
+            for (int p = 0; p < (LANES); p++)                                           \
+                memcpy(bp + (p0 + p) * wide + v0, &r[p], sizeof r[p]);                 \
+        }                                                                               \
+    for (Py_ssize_t p = whole; p < kc; p++)                                             \
+        for (Py_ssize_t v = 0; v < wide; v++)                                           \
+            bp[p * wide + v] = b[v * b_col + p];                                        \
+}                                                                                       \
+                                                                                        \
+/* bp[panel][p][v] = b(p0 + p, j0 + panel * 2 * LANES + v), zeros past column n.      \
+ * b read along its rows (one stream: panel by panel, rows 4 KiB apart took a TLB    \
+ * miss each); a transposed b panel by panel. */                                       \
+static inline __attribute__((always_inline)) void                                      \
+pack_b_##SUFFIX(const T *b, Py_ssize_t b_row, Py_ssize_t b_col, Py_ssize_t kc,          \
+                Py_ssize_t columns, T *restrict bp)                                     \
+{                                                                                       \
+    const Py_ssize_t wide = 2 * (LANES), whole = columns / wide * wide;                 \
+    const Py_ssize_t panel = wide * kc + PANEL_PAD;                                     \
+    if (b_col == 1)                                                                     \
+        for (Py_ssize_t p = 0; p < kc; p++)                                             \
+            for (Py_ssize_t j = 0; j < whole; j += wide)                                \
+                memcpy(bp + j / wide * panel + p * wide, b + p * b_row + j,             \
+                       wide * sizeof(T));                                               \
+    else                                                                                \
+        for (Py_ssize_t j = 0; j < whole; j += wide)                                    \
+            pack_transposed_panel_##SUFFIX(b + j * b_col, b_col, kc, bp + j / wide * panel); \
+    if (whole < columns)                                                                \
+        for (Py_ssize_t p = 0; p < kc; p++)                                             \
+            for (Py_ssize_t v = 0; v < wide; v++)                                       \
+                bp[whole / wide * panel + p * wide + v] =                               \
+                    whole + v < columns ? b[p * b_row + (whole + v) * b_col] : 0;       \
+}                                                                                       \
+                                                                                        \
+/* c[r * c_row + v] (+)= sum_p ap[p][r] * bp[p][v], r < GEMM_ROWS, v < 2 * LANES. */    \
+static inline __attribute__((always_inline)) void                                      \
+tile_##SUFFIX(Py_ssize_t kc, const T *restrict ap, const T *restrict bp,                \
+              T *restrict c, Py_ssize_t c_row, int accumulate)                          \
+{                                                                                       \
+    vec_##SUFFIX acc[GEMM_ROWS][2];                                                     \
+    memset(acc, 0, sizeof acc);                                                         \
+    for (Py_ssize_t p = 0; p < kc; p++, ap += GEMM_ROWS, bp += 2 * (LANES)) {           \
+        vec_##SUFFIX b0, b1;                                                            \
+        memcpy(&b0, bp, sizeof b0);                                                     \
+        memcpy(&b1, bp + (LANES), sizeof b1);                                           \
+        for (int r = 0; r < GEMM_ROWS; r++) {                                           \
+            acc[r][0] += ap[r] * b0;                                                    \
+            acc[r][1] += ap[r] * b1;                                                    \
+        }                                                                               \
+    }                                                                                   \
+    for (int r = 0; r < GEMM_ROWS; r++)                                                 \
+        STORE_##SUFFIX(c + r * c_row, acc[r][0], acc[r][1]);                            \
+}                                                                                       \
+                                                                                        \
+/* The tile at c, of rows x columns valid items (at most GEMM_ROWS x 2 * LANES). */     \
+static inline __attribute__((always_inline)) void                                      \
+edge_tile_##SUFFIX(Py_ssize_t kc, const T *ap, const T *bp, T *c, Py_ssize_t c_row,     \
+                   Py_ssize_t rows, Py_ssize_t columns, int accumulate)                 \
+{                                                                                       \
+    if (rows == GEMM_ROWS && columns == 2 * (LANES)) {                                  \
+        tile_##SUFFIX(kc, ap, bp, c, c_row, accumulate);                                \
+        return;                                                                         \
+    }                                                                                   \
+    T local[GEMM_ROWS * 2 * (LANES)];                                                   \
+    tile_##SUFFIX(kc, ap, bp, local, 2 * (LANES), 0);                                   \
+    for (Py_ssize_t r = 0; r < rows; r++)                                               \
+        for (Py_ssize_t v = 0; v < columns; v++)                                        \
+            c[r * c_row + v] = (accumulate ? c[r * c_row + v] : 0)                      \
+                               + local[r * 2 * (LANES) + v];                            \
+}                                                                                       \
+                                                                                        \
+/* c[m, n] (row stride c_row) = a @ b, a(i, p) = a[i * a_row + p * a_col], b(p, j) =    \
+ * b[p * b_row + j * b_col]; 0 on success, -1 when the packing buffer is refused. */    \
+CPU_CLONES                                                                              \
+static int blocked_gemm_##SUFFIX(const T *a, Py_ssize_t a_row, Py_ssize_t a_col,        \
+                                 const T *b, Py_ssize_t b_row, Py_ssize_t b_col,        \
+                                 T *c, Py_ssize_t c_row,                                \
+                                 Py_ssize_t m, Py_ssize_t k, Py_ssize_t n)              \
+{                                                                                       \
+    const Py_ssize_t wide = 2 * (LANES);                                                \
+    const Py_ssize_t b_panel = (BLOCK_K * wide + PANEL_PAD) * ((BLOCK_N + wide - 1) / wide); \
+    T *bp = packing_buffer((b_panel + BLOCK_K * (BLOCK_M + GEMM_ROWS)) * sizeof(T));    \
+    if (!bp)                                                                            \
+        return -1;                                                                      \
+    T *ap = bp + b_panel;                                                               \
+    if (k == 0)                                                                         \
+        for (Py_ssize_t i = 0; i < m; i++)                                              \
+            memset(c + i * c_row, 0, n * sizeof(T));                                    \
+    for (Py_ssize_t j0 = 0; j0 < n; j0 += BLOCK_N) {                                    \
+        const Py_ssize_t nc = n - j0 < BLOCK_N ? n - j0 : BLOCK_N;                      \
+        for (Py_ssize_t p0 = 0; p0 < k; p0 += BLOCK_K) {                                \
+            const Py_ssize_t kc = k - p0 < BLOCK_K ? k - p0 : BLOCK_K;                  \
+            pack_b_##SUFFIX(b + p0 * b_row + j0 * b_col, b_row, b_col, kc, nc, bp);     \
+            for (Py_ssize_t i0 = 0; i0 < m; i0 += BLOCK_M) {                            \
+                const Py_ssize_t mc = m - i0 < BLOCK_M ? m - i0 : BLOCK_M;              \
+                pack_a_##SUFFIX(a + i0 * a_row + p0 * a_col, a_row, a_col, mc, kc, ap); \
+                for (Py_ssize_t j = 0; j < nc; j += wide)                               \
+                    for (Py_ssize_t i = 0; i < mc; i += GEMM_ROWS)                      \
+                        edge_tile_##SUFFIX(kc, ap + i * kc,                             \
+                                           bp + j / wide * (wide * kc + PANEL_PAD),     \
+                                           c + (i0 + i) * c_row + j0 + j, c_row,        \
+                                           mc - i < GEMM_ROWS ? mc - i : GEMM_ROWS,     \
+                                           nc - j < wide ? nc - j : wide, p0 > 0);      \
+            }                                                                           \
+        }                                                                               \
+    }                                                                                   \
+    return 0;                                                                           \
+}
+
+DEFINE_BLOCKED_GEMM(float, f32, 16, int32_t)
+DEFINE_BLOCKED_GEMM(double, f64, 8, int64_t)
+
 /* winograd_gemms((plane_tiles, first, tiles, c, o, sums), u, w, m): see
  * winograd_gemms_f32. */
 PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
@@ -181,45 +440,112 @@ PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* gemm((m, k, n, transposed), a, b, c): c[m, n] = a @ b (a [m, k]), or with
- * transposed a^T @ b (a [k, m]); see gemm_f32. */
+/* gemm_##SUFFIX's unpacked loops beat the blocked kernel (by 1.2-1.8x, see
+ * benchmarks/dense_gemm.py) on the convolutions' narrow products: up to 4 vectors of
+ * columns (64 float32) and b small enough to stay in half the 1 MiB L2 (its rows are
+ * read once per 6 rows of a): there packing a costs more than it saves. With a 1 MiB
+ * b (a 320 x 4096^T @ 4096 x 64 filter gradient) the blocked kernel won, 178 to 143
+ * GFLOP/s. */
+#ifndef UNPACKED_MAX_VECTORS
+#define UNPACKED_MAX_VECTORS 4
+#endif
+#define UNPACKED_MAX_B_BYTES (1 << 19)
+
+/* c[i, j] for i in [first_row, first_row + rows), j in [first_column, first_column
+ * + columns) of c[m, n] = op(a) @ op(b), op(a) [m, k], op(b) [k, n], where a is
+ * stored [k, m] when transpose_a and b [n, k] when transpose_b (see native.gemm). */
+typedef struct {
+    Py_ssize_t m, k, n;
+    int transpose_a, transpose_b;
+    Py_ssize_t first_row, rows, first_column, columns;
+} GemmGeometry;
+
+static int read_gemm_geometry(PyObject *shape, GemmGeometry *g)
+{
+    if (!PyArg_ParseTuple(shape, "nnnppnnnn", &g->m, &g->k, &g->n, &g->transpose_a,
+                          &g->transpose_b, &g->first_row, &g->rows, &g->first_column,
+                          &g->columns))
+        return -1;
+    if (g->m < 0 || g->k < 0 || g->n < 0 || g->first_row < 0 || g->rows < 0
+        || g->first_row > g->m - g->rows || g->first_column < 0 || g->columns < 0
+        || g->first_column > g->n - g->columns) {
+        PyErr_SetString(PyExc_ValueError,
+                        "geometry (m, k, n, transpose_a, transpose_b, first_row, rows, "
+                        "first_column, columns): sizes must be >= 0 and the block within "
+                        "the [m, n] product");
+        return -1;
+    }
+    return 0;
+}
+
+#define RUN_GEMM(T, SUFFIX, LANES, g, a, b, c, status)                                  \
+    do {                                                                                \
+        const Py_ssize_t a_row = (g).transpose_a ? 1 : (g).k;                           \
+        const Py_ssize_t a_col = (g).transpose_a ? (g).m : 1;                           \
+        const Py_ssize_t b_row = (g).transpose_b ? 1 : (g).n;                           \
+        const Py_ssize_t b_col = (g).transpose_b ? (g).k : 1;                           \
+        const T *a_ = (const T *)(a) + (g).first_row * a_row;                           \
+        const T *b_ = (const T *)(b) + (g).first_column * b_col;                        \
+        T *c_ = (T *)(c) + (g).first_row * (g).n + (g).first_column;                    \
+        if (!(g).transpose_b && (g).columns % (LANES) == 0                              \
+            && (g).columns <= UNPACKED_MAX_VECTORS * (LANES)                            \
+            && (g).k * (g).columns * (Py_ssize_t)sizeof(T) <= UNPACKED_MAX_B_BYTES)     \
+            gemm_##SUFFIX(a_, a_row, a_col, b_, b_row, c_, (g).n, (g).rows, (g).k,      \
+                          (g).columns, 0);                                              \
+        else                                                                            \
+            status = blocked_gemm_##SUFFIX(a_, a_row, a_col, b_, b_row, b_col, c_,      \
+                                           (g).n, (g).rows, (g).k, (g).columns);        \
+    } while (0)
+
+/* gemm_vectorised(): whether the GEMMs run on 64-byte vectors in registers. Their
+ * vectors are 16 float32 wide: on a CPU without AVX-512 (their AVX2 and default
+ * clones), or built without the clones, GCC moves them through memory in pieces,
+ * and they ran at 2-3 GFLOP/s, 40x slower than OpenBLAS; native.py leaves every
+ * GEMM to NumPy there. */
+PyObject *py_gemm_vectorised(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+#if defined(__AVX512F__)
+    Py_RETURN_TRUE;
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    return PyBool_FromLong(__builtin_cpu_supports("avx512f"));
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* gemm(geometry, a, b, c): the block of c = op(a) @ op(b) that the geometry names
+ * (see GemmGeometry); the rest of c is left as it was. */
 PyObject *py_gemm(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *shape, *a_obj, *b_obj, *c_obj;
-    Py_ssize_t m, k, n;
-    int transposed;
+    GemmGeometry g;
     if (!PyArg_ParseTuple(args, "O!OOO:gemm", &PyTuple_Type, &shape, &a_obj, &b_obj, &c_obj)
-        || !PyArg_ParseTuple(shape, "nnnp", &m, &k, &n, &transposed))
+        || read_gemm_geometry(shape, &g) < 0)
         return NULL;
-    if (m < 0 || k < 0 || n < 0) {
-        PyErr_SetString(PyExc_ValueError, "geometry (m, k, n, transposed): sizes must be >= 0");
-        return NULL;
-    }
     char kind = float_kind(a_obj, "a");
     if (!kind)
         return NULL;
     Views views = {.held = 0};
     void *a, *b, *c;
-    if (take(&views, a_obj, 0, kind, SIZES(m, k), "a", &a) < 0
-        || take(&views, b_obj, 0, kind, SIZES(k, n), "b", &b) < 0
-        || take(&views, c_obj, 1, kind, SIZES(m, n), "c", &c) < 0) {
+    if (take(&views, a_obj, 0, kind, SIZES(g.m, g.k), "a", &a) < 0
+        || take(&views, b_obj, 0, kind, SIZES(g.k, g.n), "b", &b) < 0
+        || take(&views, c_obj, 1, kind, SIZES(g.m, g.n), "c", &c) < 0) {
         release_all(&views);
         return NULL;
     }
-    if (n % (kind == 'f' ? 16 : 8)) {
-        release_all(&views);
-        PyErr_Format(PyExc_ValueError, "gemm: %zd columns, not a multiple of the vector's "
-                     "%d items", n, kind == 'f' ? 16 : 8);
-        return NULL;
-    }
-    const Py_ssize_t a_row = transposed ? 1 : k, a_col = transposed ? m : 1;
+    int status = 0;
     Py_BEGIN_ALLOW_THREADS
     if (kind == 'f')
-        gemm_f32(a, a_row, a_col, b, n, c, n, m, k, n, 0);
+        RUN_GEMM(float, f32, 16, g, a, b, c, status);
     else
-        gemm_f64(a, a_row, a_col, b, n, c, n, m, k, n, 0);
+        RUN_GEMM(double, f64, 8, g, a, b, c, status);
     Py_END_ALLOW_THREADS
     release_all(&views);
+    if (status < 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
