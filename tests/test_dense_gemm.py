@@ -114,7 +114,10 @@ def test_threads_that_end_leave_no_packing_buffers_behind():
         thread = threading.Thread(target=native.gemm, args=(a, b, out))
         thread.start()
         thread.join()
-    assert _resident_bytes() - before < 24 * 2**20
+    # NOTE: half the 96 MiB that 40 kept buffers would hold: freed buffers stay
+    # resident in glibc's per-thread arenas (towerflow's retain_freed_memory
+    # turns trimming off), which held 28 MiB in a clean-clone CI run.
+    assert _resident_bytes() - before < 40 * 2.4 * 2**20 / 2
     assert (out == 600).all()
 
 
