@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from towerflow.training import write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 TARGET_RATIO = 0.90
@@ -189,9 +191,7 @@ def main():
               "cpu_towers": args.cpu_towers, "target_ratio": TARGET_RATIO,
               "median": summary, "rounds": rounds, "numpy": np.__version__,
               "python": platform.python_version(), "cpu_count": os.cpu_count()}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as out:
-        json.dump(result, out, indent=2)
+    write_json(args.json, result)
     print(f"wrote {args.json}")
 
 
