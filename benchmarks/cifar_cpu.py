@@ -39,7 +39,6 @@ A framework that is not installed gets a "not installed" row.
 
 import argparse
 import ctypes
-import json
 import os
 import platform
 import time
@@ -48,6 +47,7 @@ import gpu_peers
 import numpy as np
 
 import towerflow as tf
+from towerflow import training
 from towerflow.backends import cpu_threads
 from towerflow.recipes.cifar10 import RECIPE, WIDTHS
 
@@ -298,9 +298,7 @@ def _table_line(row, name):
 
 
 def write_json(path, result):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as out:
-        json.dump(result, out, indent=2)
+    training.write_json(path, result)
     print(f"wrote {path}")
 
 
