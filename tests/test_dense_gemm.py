@@ -229,7 +229,7 @@ def test_matmul_op_on_every_device(op_device, compiled_calls, dtype, transpose_a
 
 # Wide enough for the compiled GEMM in float64 (16 columns) in the forward
 # product (17 x 18) and in both gradients (the shapes of their products below,
-# as math_ops._matmul_grad builds them); 20 deep: ragged tiles and panels.
+# as math_grad._matmul_grad builds them); 20 deep: ragged tiles and panels.
 WIDE_GRAD_CASES = [
     grad_case("matmul_wide", lambda a, b: tf.matmul(a, b), floats(17, 20), floats(20, 18)),
     grad_case("matmul_wide_transpose_a", lambda a, b: tf.matmul(a, b, transpose_a=True),
