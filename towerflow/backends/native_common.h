@@ -76,6 +76,7 @@ NATIVE_HIDDEN char kind_of(const Py_buffer *view);
 NATIVE_HIDDEN void release_all(Views *views);
 NATIVE_HIDDEN int product_of(const Py_ssize_t *sizes, int count, const char *name,
                              Py_ssize_t *product);
+NATIVE_HIDDEN Py_buffer *hold_view(Views *views, PyObject *obj, int writable);
 NATIVE_HIDDEN int take(Views *views, PyObject *obj, int writable, char kind,
                        const Py_ssize_t *sizes, int count, const char *name, void **data);
 NATIVE_HIDDEN char float_kind(PyObject *obj, const char *name);

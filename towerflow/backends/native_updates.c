@@ -143,9 +143,8 @@ static int take_for_update(Views *views, PyObject *obj, int writable, char kind,
     *data = NULL;
     if (obj == Py_None)
         return 0;
-    Py_buffer *view = &views->views[views->held];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+    const Py_buffer *view = hold_view(views, obj, writable);
+    if (!view) {
         /* not a buffer (TypeError), not C-contiguous (BufferError), read-only
          * (NumPy's ValueError): NumPy's chain runs, and says what is wrong */
         if (!PyErr_ExceptionMatches(PyExc_TypeError)
@@ -155,7 +154,6 @@ static int take_for_update(Views *views, PyObject *obj, int writable, char kind,
         PyErr_Clear();
         return 1;
     }
-    views->held++;
     *data = view->buf;
     const char got = kind_of(view);
     int same = (kind ? got == kind : got == 'f' || got == 'd')
