@@ -430,12 +430,7 @@ PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
                      "of the vector's %d items", o, kind == 'f' ? 16 : 8);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        winograd_gemms_f32(u, w, m, first, tiles, c, o, sums);
-    else
-        winograd_gemms_f64(u, w, m, first, tiles, c, o, sums);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, winograd_gemms, u, w, m, first, tiles, c, o, sums);
     release_all(&views);
     Py_RETURN_NONE;
 }

@@ -206,12 +206,7 @@ PyObject *py_apply_update(PyObject *self, PyObject *args)
                                                       + units % parts * (p) / parts))
     const Py_ssize_t first = UPDATE_EDGE(part), stop = UPDATE_EDGE(part + 1);
 #undef UPDATE_EDGE
-    Py_BEGIN_ALLOW_THREADS
-    if (type == 'f')
-        update_f32(kind, var, slot_a, slot_b, grad, s, first, stop);
-    else
-        update_f64(kind, var, slot_a, slot_b, grad, s, first, stop);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(type, update, kind, var, slot_a, slot_b, grad, s, first, stop);
     release_all(&views);
     Py_RETURN_TRUE;
 }

@@ -131,7 +131,7 @@ CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict 
 
 /* The output side of a tile of TILE x TILE outputs (TILE 4: F(4x4, 3x3), whose
  * transforms are A_T and A_; TILE 2: F(2x2, 5x5), with A2_T and A2_): FUNCTIONS
- * names the pair, e.g. f32_t4. The input side, winograd_input, is the same for
+ * names the pair, e.g. t4_f32. The input side, winograd_input, is the same for
  * both (the same 6x6 B^T), only its tile step differs. */
 #define DEFINE_WINOGRAD_TILES(T, FUNCTIONS, SUFFIX, TILE, AT_OF, A_OF)                  \
 /* v[N * TH * TW, 36, O] = A e A^T of every TILE x TILE tile e of the output            \
@@ -213,8 +213,8 @@ CPU_CLONES static void winograd_output_##FUNCTIONS(const T *restrict m, T *restr
 
 DEFINE_WINOGRAD(float, f32)
 DEFINE_WINOGRAD(double, f64)
-DEFINE_WINOGRAD_TILES(float, f32_t4, f32, 4, A_T, A_)
-DEFINE_WINOGRAD_TILES(double, f64_t4, f64, 4, A_T, A_)
+DEFINE_WINOGRAD_TILES(float, t4_f32, f32, 4, A_T, A_)
+DEFINE_WINOGRAD_TILES(double, t4_f64, f64, 4, A_T, A_)
 
 /* -- Winograd F(2x2, 5x5) ------------------------------------------------------------ */
 
@@ -244,8 +244,8 @@ DEFINE_WINOGRAD_TILES(double, f64_t4, f64, 4, A_T, A_)
         t(5) = e1;                                                                      \
     }
 
-DEFINE_WINOGRAD_TILES(float, f32_t2, f32, 2, A2_T, A2_)
-DEFINE_WINOGRAD_TILES(double, f64_t2, f64, 2, A2_T, A2_)
+DEFINE_WINOGRAD_TILES(float, t2_f32, f32, 2, A2_T, A2_)
+DEFINE_WINOGRAD_TILES(double, t2_f64, f64, 2, A2_T, A2_)
 
 PyObject *py_winograd_input(PyObject *self, PyObject *args)
 {
@@ -279,28 +279,9 @@ PyObject *py_winograd_input(PyObject *self, PyObject *args)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        winograd_input_f32(x, u, &g);
-    else
-        winograd_input_f64(x, u, &g);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, winograd_input, x, u, &g);
     release_all(&views);
     Py_RETURN_NONE;
-}
-
-/* F(2x2, 5x5)'s side of convert_output_tiles. */
-static void convert_tiles_t2(int to_tiles, char kind, void *m, void *y,
-                             const WinogradGeometry *g)
-{
-    if (to_tiles && kind == 'f')
-        winograd_grad_tiles_f32_t2(y, m, g);
-    else if (to_tiles)
-        winograd_grad_tiles_f64_t2(y, m, g);
-    else if (kind == 'f')
-        winograd_output_f32_t2(m, y, g);
-    else
-        winograd_output_f64_t2(m, y, g);
 }
 
 /* Between the tiles (4x4 or 2x2) of an [N, OH, OW, O] array y and their
@@ -328,18 +309,14 @@ static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (g.tile == 2)
-        convert_tiles_t2(to_tiles, kind, m, y, &g);
-    else if (to_tiles && kind == 'f')
-        winograd_grad_tiles_f32_t4(y, m, &g);
+    if (to_tiles && g.tile == 2)
+        RUN_WITHOUT_GIL(kind, winograd_grad_tiles_t2, y, m, &g);
     else if (to_tiles)
-        winograd_grad_tiles_f64_t4(y, m, &g);
-    else if (kind == 'f')
-        winograd_output_f32_t4(m, y, &g);
+        RUN_WITHOUT_GIL(kind, winograd_grad_tiles_t4, y, m, &g);
+    else if (g.tile == 2)
+        RUN_WITHOUT_GIL(kind, winograd_output_t2, m, y, &g);
     else
-        winograd_output_f64_t4(m, y, &g);
-    Py_END_ALLOW_THREADS
+        RUN_WITHOUT_GIL(kind, winograd_output_t4, m, y, &g);
     release_all(&views);
     Py_RETURN_NONE;
 }
