@@ -27,6 +27,16 @@ typedef struct {
 #define TILES_OF(size, tile) ((size) / (tile) + ((size) % (tile) != 0))
 #define WINOGRAD_TILE(tile) ((tile) == 4 || (tile) == 2)    /* the two algorithms' */
 
+/* The loops over every tile (img, ty, tx) of n images of th x tw tiles (tile: its
+ * number, image by image, row by row) and every block of at most BLOCK of the c
+ * channels (c0 on, cb of them): the loop nest of every transform below. */
+#define FOR_EACH_TILE(n, th, tw, c)                                                     \
+    for (Py_ssize_t img = 0; img < (n); img++)                                          \
+    for (Py_ssize_t ty = 0; ty < (th); ty++)                                            \
+    for (Py_ssize_t tx = 0, tile = (img * (th) + ty) * (tw); tx < (tw); tx++, tile++)   \
+    for (Py_ssize_t c0 = 0, cb = (c) < BLOCK ? (c) : BLOCK; c0 < (c);                   \
+         c0 += BLOCK, cb = (c) - c0 < BLOCK ? (c) - c0 : BLOCK)
+
 /* r = B^T d along one axis, channel by channel: d and r are 6 vectors of cb. */
 #define B_T(T, d, r, cb)                                                                \
     for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
@@ -97,12 +107,7 @@ CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict 
     const Py_ssize_t tw = TILES_OF(g->ow, g->tile);                                     \
     const Py_ssize_t plane = c;         /* from one term to the next */                 \
     u += g->first_tile * 36 * c;                                                        \
-    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
-    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
-    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
-    for (Py_ssize_t c0 = 0; c0 < c; c0 += BLOCK) {                                     \
-        const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
-        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+    FOR_EACH_TILE(g->n, th, tw, c) {                                                    \
         T d[6][6][BLOCK], t[6][6][BLOCK];                                               \
         const Py_ssize_t row0 = ty * g->tile - g->top, col0 = tx * g->tile - g->left;   \
         const T *image = x + img * g->h * g->w * c + c0;                                \
@@ -143,12 +148,7 @@ CPU_CLONES static void winograd_grad_tiles_##FUNCTIONS(const T *restrict grad,  
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
     const Py_ssize_t plane = o;         /* from one term to the next */                 \
-    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
-    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
-    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
-    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
-        const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
-        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+    FOR_EACH_TILE(g->n, th, tw, o) {                                                    \
         T e[TILE][TILE][BLOCK], t[6][TILE][BLOCK];                                      \
         load_tile_##SUFFIX(grad + img * g->oh * g->ow * o + c0, g->oh, g->ow, o,        \
                            ty * TILE, tx * TILE, TILE, cb, &e[0][0][0]);                \
@@ -171,12 +171,7 @@ CPU_CLONES static void winograd_output_##FUNCTIONS(const T *restrict m, T *restr
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
     const Py_ssize_t plane = o;         /* from one term to the next */                 \
-    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
-    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
-    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
-    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
-        const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
-        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+    FOR_EACH_TILE(g->n, th, tw, o) {                                                    \
         T t[TILE][6][BLOCK], r[TILE][TILE][BLOCK];                                      \
         for (int j = 0; j < 6; j++) {                                                   \
             const T *in = m + tile * 36 * o + j * plane + c0;                           \
