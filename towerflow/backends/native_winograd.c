@@ -100,7 +100,7 @@ static void load_tile_##SUFFIX(const T *restrict image, Py_ssize_t height,      
                                                                                         \
 /* u[plane_tiles, 36, C] from tile first_tile on = B^T d B of every tile's 6x6          \
  * input window (zeros outside the input), the 36 terms row-major. */                   \
-CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
+CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,               \
                                     const WinogradGeometry *g)                          \
 {                                                                                       \
     const Py_ssize_t c = g->c, th = TILES_OF(g->oh, g->tile);                           \
