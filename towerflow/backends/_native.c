@@ -50,8 +50,7 @@ void release_all(Views *views)
 /* The product of `count` sizes into *product; -1 with a ValueError naming `name`
  * when a size is negative or the product does not fit a Py_ssize_t (a wrapped
  * product could match a small buffer and let a kernel read past it). */
-int product_of(const Py_ssize_t *sizes, int count, const char *name,
-                      Py_ssize_t *product)
+int product_of(const Py_ssize_t *sizes, int count, const char *name, Py_ssize_t *product)
 {
     Py_ssize_t result = 1;
     for (int i = 0; i < count; i++) {
@@ -66,9 +65,22 @@ int product_of(const Py_ssize_t *sizes, int count, const char *name,
     return 0;
 }
 
+/* A C-contiguous view of obj (with its format), held in views until release_all;
+ * NULL with the buffer protocol's error set: a TypeError (not a buffer), a
+ * BufferError (not C-contiguous) or NumPy's ValueError (read-only, writable asked). */
+Py_buffer *hold_view(Views *views, PyObject *obj, int writable)
+{
+    Py_buffer *view = &views->views[views->held];
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return NULL;
+    views->held++;
+    return view;
+}
+
 /* A C-contiguous view of obj (NULL for None) holding prod(sizes) items of `kind`. */
 int take(Views *views, PyObject *obj, int writable, char kind,
-                const Py_ssize_t *sizes, int count, const char *name, void **data)
+         const Py_ssize_t *sizes, int count, const char *name, void **data)
 {
     *data = NULL;
     if (obj == Py_None)
@@ -76,11 +88,9 @@ int take(Views *views, PyObject *obj, int writable, char kind,
     Py_ssize_t elements;
     if (product_of(sizes, count, name, &elements) < 0)
         return -1;
-    Py_buffer *view = &views->views[views->held];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0)
+    const Py_buffer *view = hold_view(views, obj, writable);
+    if (!view)
         return -1;
-    views->held++;
     if (kind_of(view) != kind || view->itemsize < 1
         || elements > PY_SSIZE_T_MAX / view->itemsize
         || view->len != elements * view->itemsize) {

@@ -208,27 +208,20 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t blocks = g.block_rows ? (g.rows + g.block_rows - 1) / g.block_rows : 0;
-    Views inputs = {.held = 0}, outputs = {.held = 0};
+    Views views = {.held = 0};
     void *x, *shift, *grad, *relu, *partials;
-    if (take(&inputs, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
-        || take(&inputs, shift_obj, 0, kind, SIZES(g.channels), "shift", &shift) < 0
-        || take(&inputs, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
-        || take(&inputs, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+    if (take(&views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
+        || take(&views, shift_obj, 0, kind, SIZES(g.channels), "shift", &shift) < 0
+        || take(&views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
+        || take(&views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &relu) < 0
-        || take(&outputs, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
+        || take(&views, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
                 &partials) < 0) {
-        release_all(&inputs);
-        release_all(&outputs);
+        release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        batch_norm_sums_f32(x, shift, grad, relu, partials, &g);
-    else
-        batch_norm_sums_f64(x, shift, grad, relu, partials, &g);
-    Py_END_ALLOW_THREADS
-    release_all(&inputs);
-    release_all(&outputs);
+    RUN_WITHOUT_GIL(kind, batch_norm_sums, x, shift, grad, relu, partials, &g);
+    release_all(&views);
     Py_RETURN_NONE;
 }
 
@@ -254,12 +247,7 @@ PyObject *py_batch_norm_apply(PyObject *self, PyObject *args)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        batch_norm_apply_f32(x, coefficients, y, relu, &g);
-    else
-        batch_norm_apply_f64(x, coefficients, y, relu, &g);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, batch_norm_apply, x, coefficients, y, relu, &g);
     release_all(&views);
     Py_RETURN_NONE;
 }
@@ -276,27 +264,20 @@ PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
-    Views inputs = {.held = 0}, outputs = {.held = 0};
+    Views views = {.held = 0};
     void *grad, *relu, *x, *coefficients, *dx;
-    if (take(&inputs, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
-        || take(&inputs, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+    if (take(&views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
+        || take(&views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &relu) < 0
-        || take(&inputs, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
-        || take(&inputs, coefficients_obj, 0, kind, SIZES(4, g.channels), "coefficients",
+        || take(&views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
+        || take(&views, coefficients_obj, 0, kind, SIZES(4, g.channels), "coefficients",
                 &coefficients) < 0
-        || take(&outputs, dx_obj, 1, kind, SIZES(g.rows, g.channels), "dx", &dx) < 0) {
-        release_all(&inputs);
-        release_all(&outputs);
+        || take(&views, dx_obj, 1, kind, SIZES(g.rows, g.channels), "dx", &dx) < 0) {
+        release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        batch_norm_grad_apply_f32(grad, relu, x, coefficients, dx, &g);
-    else
-        batch_norm_grad_apply_f64(grad, relu, x, coefficients, dx, &g);
-    Py_END_ALLOW_THREADS
-    release_all(&inputs);
-    release_all(&outputs);
+    RUN_WITHOUT_GIL(kind, batch_norm_grad_apply, grad, relu, x, coefficients, dx, &g);
+    release_all(&views);
     Py_RETURN_NONE;
 }
 
@@ -322,12 +303,7 @@ PyObject *py_batch_norm_pool(PyObject *self, PyObject *args)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        batch_norm_pool_f32(x, coefficients, out, code, &g);
-    else
-        batch_norm_pool_f64(x, coefficients, out, code, &g);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, batch_norm_pool, x, coefficients, out, code, &g);
     release_all(&views);
     Py_RETURN_NONE;
 }

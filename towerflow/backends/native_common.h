@@ -51,11 +51,24 @@ typedef struct {
             max[ch] = after;                                                            \
         }
 
-/* Views of the arguments, released together by release_all. */
+/* Views of the arguments, released together by release_all (5: the most an entry
+ * point takes). */
 typedef struct {
-    Py_buffer views[4];
+    Py_buffer views[5];
     int held;
 } Views;
+
+/* name_f32(...) or name_f64(...) for buffers of kind 'f' or 'd', with the GIL
+ * released: how every entry point runs its kernel once it holds the views. */
+#define RUN_WITHOUT_GIL(kind, name, ...)                                                \
+    do {                                                                                \
+        Py_BEGIN_ALLOW_THREADS                                                          \
+        if ((kind) == 'f')                                                              \
+            name##_f32(__VA_ARGS__);                                                    \
+        else                                                                            \
+            name##_f64(__VA_ARGS__);                                                    \
+        Py_END_ALLOW_THREADS                                                            \
+    } while (0)
 
 /* The sizes whose product is a buffer's item count: SIZES(n, h, w, c). */
 #define SIZES(...) (const Py_ssize_t[]){__VA_ARGS__}, \
@@ -76,6 +89,7 @@ NATIVE_HIDDEN char kind_of(const Py_buffer *view);
 NATIVE_HIDDEN void release_all(Views *views);
 NATIVE_HIDDEN int product_of(const Py_ssize_t *sizes, int count, const char *name,
                              Py_ssize_t *product);
+NATIVE_HIDDEN Py_buffer *hold_view(Views *views, PyObject *obj, int writable);
 NATIVE_HIDDEN int take(Views *views, PyObject *obj, int writable, char kind,
                        const Py_ssize_t *sizes, int count, const char *name, void **data);
 NATIVE_HIDDEN char float_kind(PyObject *obj, const char *name);

@@ -29,12 +29,8 @@
         }                                                                               \
         memcpy((out), &value_, sizeof value_);                                          \
     } while (0)
-#define STORE_ONE_f32(out, value) STORE_ONE(vec_f32, out, value)
-#define STORE_ONE_f64(out, value) STORE_ONE(vec_f64, out, value)
-#define STORE_f32(out, low, high)                                                       \
-    do { STORE_ONE_f32(out, low); STORE_ONE_f32((out) + 16, high); } while (0)
-#define STORE_f64(out, low, high)                                                       \
-    do { STORE_ONE_f64(out, low); STORE_ONE_f64((out) + 8, high); } while (0)
+#define STORE_TWO(vec, lanes, out, low, high)                                           \
+    do { STORE_ONE(vec, out, low); STORE_ONE(vec, (out) + (lanes), high); } while (0)
 
 /* n, the columns, a multiple of LANES (the wrappers refuse other widths: a
  * scalar loop for the last few columns ran at a tenth of OpenBLAS's speed).
@@ -59,8 +55,8 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
             memset(acc, 0, sizeof acc);                                                 \
             for (Py_ssize_t p = 0; p < k; p++) {                                        \
                 vec_##SUFFIX b0, b1;                                                    \
-                memcpy(&b0, b + p * b_row + j, sizeof b0);                                  \
-                memcpy(&b1, b + p * b_row + j + (LANES), sizeof b1);                        \
+                memcpy(&b0, b + p * b_row + j, sizeof b0);                              \
+                memcpy(&b1, b + p * b_row + j + (LANES), sizeof b1);                    \
                 for (int r = 0; r < GEMM_ROWS; r++) {                                   \
                     const T s = a[(i + r) * a_row + p * a_col];                         \
                     acc[r][0] += s * b0;                                                \
@@ -68,19 +64,20 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
                 }                                                                       \
             }                                                                           \
             for (int r = 0; r < GEMM_ROWS; r++)                                         \
-                STORE_##SUFFIX(c + (i + r) * c_row + j, acc[r][0], acc[r][1]);              \
+                STORE_TWO(vec_##SUFFIX, (LANES), c + (i + r) * c_row + j, acc[r][0],    \
+                          acc[r][1]);                                                   \
         }                                                                               \
         for (; i < m; i++) {                                                            \
             vec_##SUFFIX acc0 = {0}, acc1 = {0};                                        \
             for (Py_ssize_t p = 0; p < k; p++) {                                        \
                 const T s = a[i * a_row + p * a_col];                                   \
                 vec_##SUFFIX b0, b1;                                                    \
-                memcpy(&b0, b + p * b_row + j, sizeof b0);                                  \
-                memcpy(&b1, b + p * b_row + j + (LANES), sizeof b1);                        \
+                memcpy(&b0, b + p * b_row + j, sizeof b0);                              \
+                memcpy(&b1, b + p * b_row + j + (LANES), sizeof b1);                    \
                 acc0 += s * b0;                                                         \
                 acc1 += s * b1;                                                         \
             }                                                                           \
-            STORE_##SUFFIX(c + i * c_row + j, acc0, acc1);                                  \
+            STORE_TWO(vec_##SUFFIX, (LANES), c + i * c_row + j, acc0, acc1);            \
         }                                                                               \
     }                                                                                   \
     for (; j + (LANES) <= n; j += (LANES)) {     /* one vector of columns */           \
@@ -90,21 +87,21 @@ static void gemm_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_co
             memset(acc, 0, sizeof acc);                                                 \
             for (Py_ssize_t p = 0; p < k; p++) {                                        \
                 vec_##SUFFIX b0;                                                        \
-                memcpy(&b0, b + p * b_row + j, sizeof b0);                                  \
+                memcpy(&b0, b + p * b_row + j, sizeof b0);                              \
                 for (int r = 0; r < GEMM_ROWS; r++)                                     \
                     acc[r] += a[(i + r) * a_row + p * a_col] * b0;                      \
             }                                                                           \
             for (int r = 0; r < GEMM_ROWS; r++)                                         \
-                STORE_ONE_##SUFFIX(c + (i + r) * c_row + j, acc[r]);                        \
+                STORE_ONE(vec_##SUFFIX, c + (i + r) * c_row + j, acc[r]);               \
         }                                                                               \
         for (; i < m; i++) {                                                            \
             vec_##SUFFIX acc0 = {0};                                                    \
             for (Py_ssize_t p = 0; p < k; p++) {                                        \
                 vec_##SUFFIX b0;                                                        \
-                memcpy(&b0, b + p * b_row + j, sizeof b0);                                  \
+                memcpy(&b0, b + p * b_row + j, sizeof b0);                              \
                 acc0 += a[i * a_row + p * a_col] * b0;                                  \
             }                                                                           \
-            STORE_ONE_##SUFFIX(c + i * c_row + j, acc0);                                    \
+            STORE_ONE(vec_##SUFFIX, c + i * c_row + j, acc0);                           \
         }                                                                               \
     }                                                                                   \
 }
@@ -177,8 +174,6 @@ DEFINE_WINOGRAD_GEMMS(double, f64)
  * malloc's fresh mmaps faulted in their pages on every call. Freed when the
  * thread ends (a thread-specific key's destructor), so short-lived threads leak
  * nothing. */
-#include <pthread.h>
-
 typedef struct {
     void *data;
     size_t bytes;
@@ -332,7 +327,7 @@ tile_##SUFFIX(Py_ssize_t kc, const T *restrict ap, const T *restrict bp,        
         }                                                                               \
     }                                                                                   \
     for (int r = 0; r < GEMM_ROWS; r++)                                                 \
-        STORE_##SUFFIX(c + r * c_row, acc[r][0], acc[r][1]);                            \
+        STORE_TWO(vec_##SUFFIX, (LANES), c + r * c_row, acc[r][0], acc[r][1]);          \
 }                                                                                       \
                                                                                         \
 /* The tile at c, of rows x columns valid items (at most GEMM_ROWS x 2 * LANES). */     \
@@ -430,12 +425,7 @@ PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
                      "of the vector's %d items", o, kind == 'f' ? 16 : 8);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        winograd_gemms_f32(u, w, m, first, tiles, c, o, sums);
-    else
-        winograd_gemms_f64(u, w, m, first, tiles, c, o, sums);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, winograd_gemms, u, w, m, first, tiles, c, o, sums);
     release_all(&views);
     Py_RETURN_NONE;
 }

@@ -143,9 +143,8 @@ static int take_for_update(Views *views, PyObject *obj, int writable, char kind,
     *data = NULL;
     if (obj == Py_None)
         return 0;
-    Py_buffer *view = &views->views[views->held];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+    const Py_buffer *view = hold_view(views, obj, writable);
+    if (!view) {
         /* not a buffer (TypeError), not C-contiguous (BufferError), read-only
          * (NumPy's ValueError): NumPy's chain runs, and says what is wrong */
         if (!PyErr_ExceptionMatches(PyExc_TypeError)
@@ -155,7 +154,6 @@ static int take_for_update(Views *views, PyObject *obj, int writable, char kind,
         PyErr_Clear();
         return 1;
     }
-    views->held++;
     *data = view->buf;
     const char got = kind_of(view);
     int same = (kind ? got == kind : got == 'f' || got == 'd')
@@ -208,12 +206,7 @@ PyObject *py_apply_update(PyObject *self, PyObject *args)
                                                       + units % parts * (p) / parts))
     const Py_ssize_t first = UPDATE_EDGE(part), stop = UPDATE_EDGE(part + 1);
 #undef UPDATE_EDGE
-    Py_BEGIN_ALLOW_THREADS
-    if (type == 'f')
-        update_f32(kind, var, slot_a, slot_b, grad, s, first, stop);
-    else
-        update_f64(kind, var, slot_a, slot_b, grad, s, first, stop);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(type, update, kind, var, slot_a, slot_b, grad, s, first, stop);
     release_all(&views);
     Py_RETURN_TRUE;
 }

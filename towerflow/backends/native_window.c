@@ -215,12 +215,7 @@ PyObject *py_max_pool(PyObject *self, PyObject *args)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        max_pool_f32(x, bias, out, code, relu, &g);
-    else
-        max_pool_f64(x, bias, out, code, relu, &g);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, max_pool, x, bias, out, code, relu, &g);
     release_all(&views);
     Py_RETURN_NONE;
 }
@@ -247,12 +242,7 @@ PyObject *py_max_pool_grad(PyObject *self, PyObject *args)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        max_pool_grad_f32(code, grad, pooled, dx, &g);
-    else
-        max_pool_grad_f64(code, grad, pooled, dx, &g);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, max_pool_grad, code, grad, pooled, dx, &g);
     release_all(&views);
     Py_RETURN_NONE;
 }
@@ -284,16 +274,10 @@ static PyObject *convert_patches(PyObject *args, int forward)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (forward && kind == 'f')
-        im2col_f32(x, patches, &g);
-    else if (forward)
-        im2col_f64(x, patches, &g);
-    else if (kind == 'f')
-        col2im_f32(patches, x, &g);
+    if (forward)
+        RUN_WITHOUT_GIL(kind, im2col, x, patches, &g);
     else
-        col2im_f64(patches, x, &g);
-    Py_END_ALLOW_THREADS
+        RUN_WITHOUT_GIL(kind, col2im, patches, x, &g);
     release_all(&views);
     Py_RETURN_NONE;
 }

@@ -27,6 +27,16 @@ typedef struct {
 #define TILES_OF(size, tile) ((size) / (tile) + ((size) % (tile) != 0))
 #define WINOGRAD_TILE(tile) ((tile) == 4 || (tile) == 2)    /* the two algorithms' */
 
+/* The loops over every tile (img, ty, tx) of n images of th x tw tiles (tile: its
+ * number, image by image, row by row) and every block of at most BLOCK of the c
+ * channels (c0 on, cb of them): the loop nest of every transform below. */
+#define FOR_EACH_TILE(n, th, tw, c)                                                     \
+    for (Py_ssize_t img = 0; img < (n); img++)                                          \
+    for (Py_ssize_t ty = 0; ty < (th); ty++)                                            \
+    for (Py_ssize_t tx = 0, tile = (img * (th) + ty) * (tw); tx < (tw); tx++, tile++)   \
+    for (Py_ssize_t c0 = 0, cb = (c) < BLOCK ? (c) : BLOCK; c0 < (c);                   \
+         c0 += BLOCK, cb = (c) - c0 < BLOCK ? (c) - c0 : BLOCK)
+
 /* r = B^T d along one axis, channel by channel: d and r are 6 vectors of cb. */
 #define B_T(T, d, r, cb)                                                                \
     for (Py_ssize_t ch = 0; ch < (cb); ch++) {                                          \
@@ -90,19 +100,14 @@ static void load_tile_##SUFFIX(const T *restrict image, Py_ssize_t height,      
                                                                                         \
 /* u[plane_tiles, 36, C] from tile first_tile on = B^T d B of every tile's 6x6          \
  * input window (zeros outside the input), the 36 terms row-major. */                   \
-CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,                 \
+CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict u,               \
                                     const WinogradGeometry *g)                          \
 {                                                                                       \
     const Py_ssize_t c = g->c, th = TILES_OF(g->oh, g->tile);                           \
     const Py_ssize_t tw = TILES_OF(g->ow, g->tile);                                     \
     const Py_ssize_t plane = c;         /* from one term to the next */                 \
     u += g->first_tile * 36 * c;                                                        \
-    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
-    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
-    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
-    for (Py_ssize_t c0 = 0; c0 < c; c0 += BLOCK) {                                     \
-        const Py_ssize_t cb = c - c0 < BLOCK ? c - c0 : BLOCK;                          \
-        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+    FOR_EACH_TILE(g->n, th, tw, c) {                                                    \
         T d[6][6][BLOCK], t[6][6][BLOCK];                                               \
         const Py_ssize_t row0 = ty * g->tile - g->top, col0 = tx * g->tile - g->left;   \
         const T *image = x + img * g->h * g->w * c + c0;                                \
@@ -131,7 +136,7 @@ CPU_CLONES static void winograd_input_##SUFFIX(const T *restrict x, T *restrict 
 
 /* The output side of a tile of TILE x TILE outputs (TILE 4: F(4x4, 3x3), whose
  * transforms are A_T and A_; TILE 2: F(2x2, 5x5), with A2_T and A2_): FUNCTIONS
- * names the pair, e.g. f32_t4. The input side, winograd_input, is the same for
+ * names the pair, e.g. t4_f32. The input side, winograd_input, is the same for
  * both (the same 6x6 B^T), only its tile step differs. */
 #define DEFINE_WINOGRAD_TILES(T, FUNCTIONS, SUFFIX, TILE, AT_OF, A_OF)                  \
 /* v[N * TH * TW, 36, O] = A e A^T of every TILE x TILE tile e of the output            \
@@ -143,12 +148,7 @@ CPU_CLONES static void winograd_grad_tiles_##FUNCTIONS(const T *restrict grad,  
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
     const Py_ssize_t plane = o;         /* from one term to the next */                 \
-    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
-    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
-    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
-    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
-        const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
-        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+    FOR_EACH_TILE(g->n, th, tw, o) {                                                    \
         T e[TILE][TILE][BLOCK], t[6][TILE][BLOCK];                                      \
         load_tile_##SUFFIX(grad + img * g->oh * g->ow * o + c0, g->oh, g->ow, o,        \
                            ty * TILE, tx * TILE, TILE, cb, &e[0][0][0]);                \
@@ -171,12 +171,7 @@ CPU_CLONES static void winograd_output_##FUNCTIONS(const T *restrict m, T *restr
 {                                                                                       \
     const Py_ssize_t o = g->c, th = TILES_OF(g->oh, TILE), tw = TILES_OF(g->ow, TILE);  \
     const Py_ssize_t plane = o;         /* from one term to the next */                 \
-    for (Py_ssize_t img = 0; img < g->n; img++)                                         \
-    for (Py_ssize_t ty = 0; ty < th; ty++)                                              \
-    for (Py_ssize_t tx = 0; tx < tw; tx++)                                              \
-    for (Py_ssize_t c0 = 0; c0 < o; c0 += BLOCK) {                                      \
-        const Py_ssize_t cb = o - c0 < BLOCK ? o - c0 : BLOCK;                          \
-        const Py_ssize_t tile = (img * th + ty) * tw + tx;                              \
+    FOR_EACH_TILE(g->n, th, tw, o) {                                                    \
         T t[TILE][6][BLOCK], r[TILE][TILE][BLOCK];                                      \
         for (int j = 0; j < 6; j++) {                                                   \
             const T *in = m + tile * 36 * o + j * plane + c0;                           \
@@ -213,8 +208,8 @@ CPU_CLONES static void winograd_output_##FUNCTIONS(const T *restrict m, T *restr
 
 DEFINE_WINOGRAD(float, f32)
 DEFINE_WINOGRAD(double, f64)
-DEFINE_WINOGRAD_TILES(float, f32_t4, f32, 4, A_T, A_)
-DEFINE_WINOGRAD_TILES(double, f64_t4, f64, 4, A_T, A_)
+DEFINE_WINOGRAD_TILES(float, t4_f32, f32, 4, A_T, A_)
+DEFINE_WINOGRAD_TILES(double, t4_f64, f64, 4, A_T, A_)
 
 /* -- Winograd F(2x2, 5x5) ------------------------------------------------------------ */
 
@@ -244,8 +239,8 @@ DEFINE_WINOGRAD_TILES(double, f64_t4, f64, 4, A_T, A_)
         t(5) = e1;                                                                      \
     }
 
-DEFINE_WINOGRAD_TILES(float, f32_t2, f32, 2, A2_T, A2_)
-DEFINE_WINOGRAD_TILES(double, f64_t2, f64, 2, A2_T, A2_)
+DEFINE_WINOGRAD_TILES(float, t2_f32, f32, 2, A2_T, A2_)
+DEFINE_WINOGRAD_TILES(double, t2_f64, f64, 2, A2_T, A2_)
 
 PyObject *py_winograd_input(PyObject *self, PyObject *args)
 {
@@ -279,28 +274,9 @@ PyObject *py_winograd_input(PyObject *self, PyObject *args)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        winograd_input_f32(x, u, &g);
-    else
-        winograd_input_f64(x, u, &g);
-    Py_END_ALLOW_THREADS
+    RUN_WITHOUT_GIL(kind, winograd_input, x, u, &g);
     release_all(&views);
     Py_RETURN_NONE;
-}
-
-/* F(2x2, 5x5)'s side of convert_output_tiles. */
-static void convert_tiles_t2(int to_tiles, char kind, void *m, void *y,
-                             const WinogradGeometry *g)
-{
-    if (to_tiles && kind == 'f')
-        winograd_grad_tiles_f32_t2(y, m, g);
-    else if (to_tiles)
-        winograd_grad_tiles_f64_t2(y, m, g);
-    else if (kind == 'f')
-        winograd_output_f32_t2(m, y, g);
-    else
-        winograd_output_f64_t2(m, y, g);
 }
 
 /* Between the tiles (4x4 or 2x2) of an [N, OH, OW, O] array y and their
@@ -328,18 +304,14 @@ static PyObject *convert_output_tiles(PyObject *args, int to_tiles)
         release_all(&views);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    if (g.tile == 2)
-        convert_tiles_t2(to_tiles, kind, m, y, &g);
-    else if (to_tiles && kind == 'f')
-        winograd_grad_tiles_f32_t4(y, m, &g);
+    if (to_tiles && g.tile == 2)
+        RUN_WITHOUT_GIL(kind, winograd_grad_tiles_t2, y, m, &g);
     else if (to_tiles)
-        winograd_grad_tiles_f64_t4(y, m, &g);
-    else if (kind == 'f')
-        winograd_output_f32_t4(m, y, &g);
+        RUN_WITHOUT_GIL(kind, winograd_grad_tiles_t4, y, m, &g);
+    else if (g.tile == 2)
+        RUN_WITHOUT_GIL(kind, winograd_output_t2, m, y, &g);
     else
-        winograd_output_f64_t4(m, y, &g);
-    Py_END_ALLOW_THREADS
+        RUN_WITHOUT_GIL(kind, winograd_output_t4, m, y, &g);
     release_all(&views);
     Py_RETURN_NONE;
 }
