@@ -321,14 +321,21 @@ def openblas_core():
     return None
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", default="64,128,256")
+def peer_arguments(doc, name, batches, steps):
+    """The command line of a peer benchmark (this one, mnist_cnn_cpu.py): --batches
+    (comma-separated), --rounds, --steps per round and --json (default
+    results/``name``.json beside this file)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--batches", default=batches)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
-                                                       "cifar_cpu.json"))
-    args = parser.parse_args()
+                                                       f"{name}.json"))
+    return parser.parse_args()
+
+
+def main():
+    args = peer_arguments(__doc__, "cifar_cpu", batches="64,128,256", steps=10)
     torch, jax = import_optional("torch"), import_optional("jax")
     forward, flops_per_sample = step_flops(lambda x: RECIPE.logits(x, training=True),
                                            (32, 32, 3))

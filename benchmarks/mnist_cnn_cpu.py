@@ -22,7 +22,6 @@ multiply-adds; the first conv's input gradient is not computed).
 A framework that is not installed gets a "not installed" row.
 """
 
-import argparse
 import os
 
 import cifar_cpu
@@ -155,13 +154,7 @@ def measure_batch(batch, runners, args, flops_per_sample):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", default="50,100")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
-                                                       "mnist_cnn_cpu.json"))
-    args = parser.parse_args()
+    args = cifar_cpu.peer_arguments(__doc__, "mnist_cnn_cpu", batches="50,100", steps=20)
     tensorflow, torch = import_tensorflow(), cifar_cpu.import_optional("torch")
     forward, flops_per_sample = cifar_cpu.step_flops(
         lambda x: logits(towerflow, x, 1.0), (784,))

@@ -249,23 +249,23 @@ def splits_small_work(monkeypatch):
 
 @pytest.fixture
 def probes(monkeypatch, splits_small_work):
-    """{fast path name: calls} counted through each FastPath's probe."""
+    """{probe: calls} counted through every probe of each FastPath (probes_of)."""
     if not native.available():
         pytest.skip("the compiled kernels are not built (or TOWERFLOW_NATIVE=0)")
     calls = collections.Counter()
     for path in fast_paths.FAST_PATHS:
         for probe in fast_paths.probes_of(path):
-            owner, attribute = fast_paths.probe_target(path, probe)
+            owner, attribute = fast_paths.probe_target(probe)
             monkeypatch.setattr(owner, attribute, _counted(getattr(owner, attribute),
-                                                           (path.name, probe), calls))
+                                                           probe, calls))
     return calls
 
 
-def _counted(function, keys, calls):
-    def probe(*args, **kwargs):
-        calls.update(keys)     # the path's name, and the probe's own count
+def _counted(function, probe, calls):
+    def counted(*args, **kwargs):
+        calls[probe] += 1
         return function(*args, **kwargs)
-    return probe
+    return counted
 
 
 CPU_PATHS, GPU_PATHS = fast_paths.on_device("CPU"), fast_paths.on_device("GPU")

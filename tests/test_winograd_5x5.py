@@ -6,11 +6,10 @@ ragged outputs, SAME and VALID, batches across cache blocks, on one thread
 and split; Conv2D's patches output carries the kept tiles to the filter
 gradient, which tells them from im2col patches by their rows."""
 
-import types
-
 import numpy as np
 import pytest
 from gradient_check import check_gradients, floats, grad_case
+from test_winograd import conv_and_grads as conv_and_grads_of
 
 import towerflow as tf
 from towerflow.backends import cpu_threads, native, winograd
@@ -46,20 +45,10 @@ CASES = [
 ]
 
 
-def kernel(table, name, attrs, dtype):
-    ctx = types.SimpleNamespace(attrs=attrs, op=None, resource=lambda key, make: make(),
-                                output_dtypes=[np.dtype(dtype)] * 5)
-    return table[name](ctx)
-
-
 def conv_and_grads(table, x, w, grad, padding):
-    """(y, dx, dw, patches) of Conv2D and its two gradient kernels."""
-    attrs = {"strides": (1, 1), "padding": padding}
-    y, patches = kernel(table, "Conv2D", attrs, x.dtype)(x, w)
-    dx = kernel(table, "Conv2DBackpropInput", attrs, x.dtype)(x, w, grad)
-    dw = kernel(table, "Conv2DBackpropFilter", {"filter_shape": w.shape}, x.dtype)(
-        patches, grad)
-    return y, dx, dw, patches
+    """(y, dx, dw, patches) of Conv2D and its two gradient kernels (test_winograd's,
+    with the output gradient given)."""
+    return conv_and_grads_of(table, x, w, lambda shape: grad, padding)
 
 
 def direct(x, w, grad, padding):

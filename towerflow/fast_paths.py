@@ -147,17 +147,17 @@ def probes_of(path):
     return (path.probe,) + tuple(path.more_probes)
 
 
-def probe_target(path, probe=None):
-    """(object, attribute name) of ``probe`` (default ``path.probe``), to wrap
-    and count calls.
+def probe_target(probe):
+    """(object, attribute name) of ``probe`` (``"module:attr.attr"``, one of
+    :func:`probes_of`), to wrap and count calls.
 
     Example::
 
-        >>> owner, name = probe_target(by_name("winograd"))
+        >>> owner, name = probe_target(by_name("winograd").probe)
         >>> owner.__name__, name
         ('WinogradConv', '__call__')
     """
-    module_name, attributes = (probe or path.probe).split(":")
+    module_name, attributes = probe.split(":")
     owner = importlib.import_module(module_name)
     *parents, attribute = attributes.split(".")
     for parent in parents:

@@ -178,10 +178,9 @@ def _board(sess, model, directory, steps):
     if not directory or not model.is_chief:
         return None
     rate = model.learning_rate
-    if rate is None or isinstance(rate, (int, float)):
-        return curves.TensorBoardCurve(directory, lambda: rate, steps.training_seconds)
-    return curves.TensorBoardCurve(directory, lambda: float(sess.run(rate)),
-                                   steps.training_seconds)
+    constant = rate is None or isinstance(rate, (int, float))
+    learning_rate = (lambda: rate) if constant else (lambda: float(sess.run(rate)))
+    return curves.TensorBoardCurve(directory, learning_rate, steps.training_seconds)
 
 
 def _loss(logits, labels, classes, label_smoothing):

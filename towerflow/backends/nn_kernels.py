@@ -95,12 +95,12 @@ def _conv_kernels(xp, parallel):
 
     def backprop_filter(ctx):
         filter_shape = tuple(ctx.attrs["filter_shape"])
+        algorithm = winograd.algorithm_for(filter_shape)
 
         def grad_filter(patches, grad):
             kept = winograd.kept_tiles(patches, grad, filter_shape)
             if kept is not None:    # the forward pass ran as Winograd
-                dw = conv_blocks.winograd_filter_gradient(
-                    parallel, kept, grad, winograd.algorithm_for(filter_shape))
+                dw = conv_blocks.winograd_filter_gradient(parallel, kept, grad, algorithm)
                 return dw.reshape(filter_shape)
             grad2d = grad.reshape(-1, grad.shape[-1])
             return matmul_over_rows(xp, parallel, patches, grad2d).reshape(filter_shape)
