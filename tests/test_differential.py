@@ -93,7 +93,7 @@ def _dense(x, rng, hidden=None):
 
 
 def thresholds_stack(x, rng):
-    """14x14x3 in: input channels 3, 15 (< winograd.MIN_CHANNELS), 16, 17,
+    """14x14x3 in: input channels 3, 15 (< F(4x4, 3x3)'s 16 channels), 16, 17,
     24; Winograd outputs 12 (whole tiles) and 6 (a ragged tile), 3 (< a
     tile: im2col); stride 2; SAME and VALID; bias + ReLU (+ a 2x2 max pool:
     the fused chain); a dense ReLU layer of 40 units (the compiled GEMM, its

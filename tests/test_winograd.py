@@ -1,5 +1,5 @@
 """Winograd F(4x4, 3x3) convolutions (towerflow/backends/winograd.py): where the
-compiled kernels run a stride-1 3x3 convolution of MIN_CHANNELS or more input
+compiled kernels run a stride-1 3x3 convolution of 16 (ALGORITHMS[3].min_channels) or more input
 channels by Winograd, its output, input gradient and filter gradient match
 the NumPy kernels' im2col GEMMs (to float rounding), on one thread and split
 across threads, fused or not; everything else keeps im2col."""

@@ -97,7 +97,6 @@ ALGORITHMS = {
     3: Algorithm("F(4x4, 3x3)", 3, 4, _filter_transform(3), 16),
     5: Algorithm("F(2x2, 5x5)", 5, 2, _filter_transform(5), 20),
 }
-MIN_CHANNELS = ALGORITHMS[3].min_channels
 
 
 def enabled():
