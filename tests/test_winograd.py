@@ -119,7 +119,7 @@ def test_other_convolutions_keep_im2col_patches(what, x_shape, w_shape, strides)
 def test_towerflow_winograd_0_turns_it_off(monkeypatch):
     monkeypatch.setenv("TOWERFLOW_WINOGRAD", "0")
     x, w, grad_of = random_case((2, 8, 8, 16), 8, np.float32)
-    y, dx, dw, patches = conv_and_grads(build_nn_kernels(np), x, w, grad_of, "SAME")
+    y, _dx, _dw, patches = conv_and_grads(build_nn_kernels(np), x, w, grad_of, "SAME")
     assert patches.shape == (2 * 8 * 8, 9 * 16)
     want = reference(x, w, grad_of, "SAME", monkeypatch)
     # The same im2col GEMM, summed in another order by the compiled kernel than
@@ -133,7 +133,7 @@ def test_towerflow_winograd_0_turns_it_off(monkeypatch):
 
 def test_float16_convolutions_take_the_numpy_path():
     x, w, _ = random_case((2, 8, 8, 16), 8, np.float16)
-    y, patches = kernel(build_nn_kernels(np), "Conv2D", {"strides": (1, 1), "padding": "SAME"},
+    _y, patches = kernel(build_nn_kernels(np), "Conv2D", {"strides": (1, 1), "padding": "SAME"},
                         np.float16)(x, w)
     assert patches.shape == (2 * 8 * 8, 9 * 16)
 
@@ -170,6 +170,59 @@ def test_the_compiled_transforms_match_their_matrices():
     v = np.empty((8, 36, 3))
     assert native.winograd_grad_tiles(grad, v)
     np.testing.assert_allclose(v, want, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("window", [3, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("pairs", [1, 7, 64, 75, 1000])    # whole and partial blocks of 64
+def test_the_compiled_filter_transforms_match_the_float64_products(window, dtype, pairs):
+    # V = G g G^T and dW = G^T M G, each summed in float64 and rounded once:
+    # within half an ulp of the exact value, plus float64's summation error
+    # (about 1e-16 of the sum's terms, far below float32's ulp, within a few
+    # float64 ulps in float64)
+    g = winograd.ALGORITHMS[window].transform
+    rng = np.random.default_rng(window * pairs)
+    for matrix, grid in ((g, rng.standard_normal((window, window, pairs))),
+                         (np.ascontiguousarray(g.T), rng.standard_normal((6, 6, pairs)))):
+        grid = grid.astype(dtype)
+        out = np.full((matrix.shape[0], matrix.shape[0], pairs), np.nan, dtype)
+        assert native.winograd_filter(matrix, grid, out)
+        exact = np.einsum("ap,pqe,bq->abe", matrix, grid.astype(np.float64), matrix)
+        scale = np.einsum("ap,pqe,bq->abe", abs(matrix), abs(grid.astype(np.float64)),
+                          abs(matrix))
+        ulp = np.spacing(np.abs(exact).astype(dtype)).astype(np.float64)
+        bound = (0.5 if dtype == np.float32 else 4) * ulp + 1e-15 * scale
+        assert (np.abs(out - exact) <= bound).all()
+
+
+def test_the_filter_transform_is_the_same_compiled_or_in_numpy(monkeypatch):
+    w = np.random.default_rng(3).standard_normal((3, 3, 16, 24)).astype(np.float32)
+    algorithm = winograd.ALGORITHMS[3]
+    compiled = winograd._transformed_filter(w, algorithm)
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    numpy_made = winograd._transformed_filter(w, algorithm)
+    assert compiled.dtype == numpy_made.dtype == np.float32
+    # both round the float64 sum once: they differ only where the two float64
+    # sums (in other orders) fall on either side of a float32 rounding boundary
+    assert np.abs(compiled - numpy_made).max() <= np.spacing(np.abs(numpy_made)).max()
+    assert (compiled != numpy_made).mean() < 0.01
+
+
+def test_the_filter_transform_keeps_nan_and_refuses_bad_shapes():
+    g = winograd.ALGORITHMS[3].transform
+    grid = np.zeros((3, 3, 9), np.float32)
+    grid[1, 2, 4] = np.nan
+    out = np.empty((6, 6, 9), np.float32)
+    assert native.winograd_filter(g, grid, out)
+    assert np.isnan(out[:, :, 4]).all() and not np.isnan(np.delete(out, 4, axis=2)).any()
+    with pytest.raises(ValueError, match="out: expected 288 items"):     # 6 * 6 * 8
+        native.winograd_filter(g, np.zeros((3, 3, 8), np.float32), out)
+    with pytest.raises(ValueError, match="grid: expected 81 items"):     # 3 * 3 * 9
+        native._compiled.winograd_filter((6, 3, 9), g, np.zeros((3, 3, 8), np.float32), out)
+    with pytest.raises(ValueError, match=r"1 to 6 rows and columns .* got \(7, 3, 9\)"):
+        native._compiled.winograd_filter((7, 3, 9), np.zeros((7, 3)), grid, out)
+    assert not native.winograd_filter(g.astype(np.float32), grid, out)   # float64 matrix only
+    assert not native.winograd_filter(g, grid, out.astype(np.float64))   # mixed floats
 
 
 def test_bad_tile_buffers_are_refused_by_name():

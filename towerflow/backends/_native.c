@@ -174,6 +174,10 @@ static PyMethodDef methods[] = {
     {"winograd_grad_tiles", py_winograd_grad_tiles, METH_VARARGS,
      "winograd_grad_tiles(geometry, v, grad): v[tiles, 36, O] = A e A^T of each tile e "
      "of the NHWC output gradient (zeros past its edge), for the filter gradient."},
+    {"winograd_filter", py_winograd_filter, METH_VARARGS,
+     "winograd_filter(geometry, mat, grid, out): out[a, b] = sum over p, q of mat[a, p] "
+     "mat[b, q] grid[p, q] (each an [elements] row; mat float64), summed in float64: the "
+     "filter transform G g G^T and the filter gradient's G^T M G."},
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(geometry, a, b, c): a block of c = op(a) @ op(b), either operand transposed "
      "(the register-blocked kernel of Winograd's GEMMs; blocked and packed for deep inner "

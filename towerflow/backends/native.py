@@ -115,6 +115,20 @@ def winograd_output(m, shape, y, tile=4):
     return True
 
 
+def winograd_filter(matrix, grid, out):
+    """out[a, b] = sum over p, q of matrix[a, p] matrix[b, q] grid[p, q] (rows
+    of the filter's C * O channel pairs), summed in float64 and rounded once
+    into ``out`` [R, R, X] (``matrix`` [R, S] float64, ``grid`` [S, S, X] of
+    out's dtype): Winograd's filter transform and its filter gradient's; False
+    if the compiled kernel does not apply."""
+    if not (accepts(matrix, grid, out) and matrix.dtype == np.float64 and matrix.ndim == 2
+            and grid.ndim == 3 and out.ndim == 3 and _same_floats(grid, out)):
+        return False
+    _compiled.winograd_filter((matrix.shape[0], matrix.shape[1], grid.shape[2]), matrix,
+                              grid, out)
+    return True
+
+
 # The compiled GEMM beats OpenBLAS (through NumPy, one thread) 1.2-2x: its
 # unblocked loops on the convolutions' narrow products (im2col's patches @
 # filter, 27 to 800 wide, col2im's grad @ filter^T, the filter gradient's a^T @

@@ -106,6 +106,7 @@ NATIVE_HIDDEN PyObject *py_col2im(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_winograd_input(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_winograd_output(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_winograd_grad_tiles(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_winograd_filter(PyObject *self, PyObject *args);
 /* native_gemm.c */
 NATIVE_HIDDEN PyObject *py_winograd_gemms(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_gemm(PyObject *self, PyObject *args);

@@ -271,9 +271,10 @@ def filter_gradient(products, algorithm):
     """dW [K, K, C, O] = G^T M G of the summed [36, C, O] tile products M
     (made in float64, then rounded once)."""
     _, channels, out_channels = products.shape
-    dw = _both_axes(algorithm.transform.T, products.astype(np.float64).reshape(6, 6, -1))
+    dw = _both_axes(np.ascontiguousarray(algorithm.transform.T),
+                    np.ascontiguousarray(products).reshape(6, 6, -1))
     window = algorithm.window
-    return dw.reshape(window, window, channels, out_channels).astype(products.dtype)
+    return dw.reshape(window, window, channels, out_channels)
 
 
 def _ran(done, transform, array):
@@ -288,17 +289,21 @@ def _transformed_filter(w, algorithm):
     """V = G g G^T for each (input, output) channel pair of the [K, K, C, O]
     filter, as [36, C, O] (made in float64, then rounded once)."""
     window = algorithm.window
-    v = _both_axes(algorithm.transform, w.astype(np.float64).reshape(window, window, -1))
-    return v.reshape(TERMS, w.shape[2], w.shape[3]).astype(w.dtype)
+    v = _both_axes(algorithm.transform, np.ascontiguousarray(w).reshape(window, window, -1))
+    return v.reshape(TERMS, w.shape[2], w.shape[3])
 
 
 def _both_axes(matrix, grid):
     """``matrix`` applied along both leading axes of ``grid`` [K, K, X]:
-    matrix @ grid[:, :, x] @ matrix.T for every x, as one GEMM by the
-    Kronecker product, [R*R, K*K] @ [K*K, X] (for a 128x128 filter: 1.6 ms
-    as two GEMMs, the second over a stack of six; 0.2 ms as one).
-    NOTE: OpenBLAS, not the compiled GEMM, which is slower on these short
-    and very wide products."""
+    matrix @ grid[:, :, x] @ matrix.T for every x, summed in float64 and
+    rounded once to grid's dtype. Compiled (native.winograd_filter) where it
+    applies, else one float64 GEMM by the Kronecker product, [R*R, K*K] @
+    [K*K, X] (OpenBLAS: the compiled GEMM is slower on these short and very
+    wide products)."""
     rows = matrix.shape[0]
-    both = np.kron(matrix, matrix) @ grid.reshape(grid.shape[0] * grid.shape[1], -1)
-    return both.reshape(rows, rows, -1)
+    out = np.empty((rows, rows, grid.shape[2]), grid.dtype)
+    if native.winograd_filter(matrix, grid, out):
+        return out
+    both = np.kron(matrix, matrix) @ grid.astype(np.float64).reshape(
+        grid.shape[0] * grid.shape[1], -1)
+    return both.reshape(rows, rows, -1).astype(grid.dtype)
