@@ -13,7 +13,8 @@ training step, on /cpu:0); ``mnist_cnn`` the classic TF1 MNIST CNN of
 benchmarks/mnist_cnn_cpu.py (5x5 convolutions).
 
 Timing each kernel adds a few microseconds per op; the step total printed
-first is measured without it.
+first is measured without it. ``cores`` is the op's CPU time over its wall
+time (all threads): near 1, it ran on one core while the others waited.
 """
 
 import argparse
@@ -68,9 +69,11 @@ def _timed_run(per_op, op_types):
         ops = [detail.op for detail in plan.step_details()]
 
         def observe(index, step, slots):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             step(slots)
-            per_op[ops[index].name].append(time.perf_counter() - start)
+            wall = time.perf_counter() - start
+            # process_time counts every thread: cpu / wall is how many cores the op kept busy
+            per_op[ops[index].name].append((wall, time.process_time() - cpu_start))
             op_types[ops[index].name] = ops[index].type
         plan.run_steps_observed(slots, observe)
         return plan.fetch(slots)
@@ -89,17 +92,22 @@ def main():
     per_op, op_types, plain = profile(args.model, args.steps, args.batch)
     print(f"{args.model}: step {statistics.median(plain) * 1e3:.1f} ms (median of "
           f"{args.steps}, untimed)")
-    medians = {name: statistics.median(times) * 1e3 for name, times in per_op.items()}
+    medians = {name: statistics.median(wall for wall, _ in times) * 1e3
+               for name, times in per_op.items()}
+    cores = {name: sum(cpu for _, cpu in times) / max(sum(wall for wall, _ in times), 1e-9)
+             for name, times in per_op.items()}
     by_type = collections.defaultdict(float)
     for name, ms in medians.items():
         by_type[op_types[name]] += ms
     print(f"\n{'op type':36s} {'ms/step':>8s}")
     for op_type, ms in sorted(by_type.items(), key=lambda item: -item[1])[:args.ops]:
         print(f"{op_type:36s} {ms:8.2f}")
-    print(f"\n{'op':60s} {'ms/step':>8s}")
+    print(f"\n{'op':60s} {'ms/step':>8s} {'cores':>6s}")
     for name, ms in sorted(medians.items(), key=lambda item: -item[1])[:args.ops]:
-        print(f"{name[-60:]:60s} {ms:8.2f}")
+        print(f"{name[-60:]:60s} {ms:8.2f} {cores[name]:6.2f}")
     print(f"{'sum of the medians of all ops':60s} {sum(medians.values()):8.2f}")
+    one_core = sum(ms for name, ms in medians.items() if cores[name] < 1.2)
+    print(f"{'of which in ops that kept at most 1.2 cores busy':60s} {one_core:8.2f}")
 
 
 if __name__ == "__main__":

@@ -172,6 +172,70 @@ def test_the_compiled_transforms_match_their_matrices():
     np.testing.assert_allclose(v, want, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.skipif(not native.VECTOR_GEMM, reason="the compiled GEMMs need AVX-512")
+@pytest.mark.parametrize("window", [3, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("per_block", [1, 2, 3, 7])      # blocks that do and do not divide 5
+def test_one_compiled_call_per_part_gives_the_bits_of_a_call_per_block(window, dtype,
+                                                                        per_block):
+    # native.winograd_conv and winograd_grad_sums loop over the blocks in C; the
+    # same kernels called block by block from Python must give the same bits,
+    # with the transformed inputs kept (from a part's first tile on) or not
+    rng = np.random.default_rng(window * per_block)
+    images, side, channels, out_channels = 5, 9, 24, 32
+    x = rng.standard_normal((images, side, side, channels)).astype(dtype)
+    w = (rng.standard_normal((window, window, channels, out_channels)) * 0.1).astype(dtype)
+    pad = window // 2
+    conv = winograd.WinogradConv(w, pad, pad, side, side)
+    workspace = conv.workspace(per_block)
+    _, kept = conv.kept_inputs(images + 2)               # the part: images 2.. of 7
+    y = np.full((images, side, side, out_channels), np.nan, dtype)
+    assert native.winograd_conv(x, pad, pad, side, side, conv.filter, kept, workspace[1], y,
+                                per_block, conv.algorithm.tile,
+                                first_tile=2 * conv.tiles_per_image)
+    y_unkept = np.full_like(y, np.nan)
+    assert native.winograd_conv(x, pad, pad, side, side, conv.filter, workspace[0],
+                                workspace[1], y_unkept, per_block, conv.algorithm.tile)
+    want, _, want_kept = np.empty_like(y), *conv.kept_inputs(images + 2)
+    for start in range(0, images, per_block):
+        stop = min(start + per_block, images)
+        conv(x[start:stop], want[start:stop], conv.workspace(per_block), want_kept, 2 + start)
+    assert np.array_equal(y, want) and np.array_equal(y_unkept, want)
+    first = 2 * conv.tiles_per_image
+    assert np.array_equal(kept[first:first + images * conv.tiles_per_image],
+                          want_kept[first:first + images * conv.tiles_per_image])
+
+    grad = rng.standard_normal(y.shape).astype(dtype)
+    sums = np.ones((36, channels, out_channels), dtype)
+    gradient_tiles = winograd.grad_workspace(grad, per_block, conv.algorithm)
+    assert native.winograd_grad_sums(grad, kept, first, gradient_tiles, sums, per_block,
+                                     conv.algorithm.tile)
+    want_sums = np.ones_like(sums)
+    for start in range(0, images, per_block):
+        winograd.add_tile_products(kept, grad[start:start + per_block], 2 + start,
+                                   winograd.grad_workspace(grad, per_block, conv.algorithm),
+                                   want_sums, conv.algorithm)
+    assert np.array_equal(sums, want_sums)
+
+
+def test_the_compiled_block_loops_refuse_what_they_cannot_run():
+    x = np.zeros((2, 8, 8, 16), np.float32)
+    v = np.zeros((36, 16, 16), np.float32)
+    u, m, y = np.zeros((4, 36, 16), np.float32), np.zeros((4, 36, 16), np.float32), \
+        np.zeros((2, 8, 8, 16), np.float32)
+    if native.VECTOR_GEMM:
+        with pytest.raises(ValueError, match="tiles within u's plane"):   # 8 tiles, 4 kept
+            native.winograd_conv(x, 1, 1, 8, 8, v, u, m, y, 2, first_tile=0)
+        with pytest.raises(ValueError, match="block >= 1"):
+            native.winograd_conv(x, 1, 1, 8, 8, v, u, m, y, 0)
+        with pytest.raises(ValueError, match="the kept tiles expected"):
+            native._compiled.winograd_grad_sums((2, 0, 0, 16, 0, 0, 8, 8, 0, 8, 4, 16, 1,
+                                                 False), y, u, m, v)
+    # output channels not a whole vector (the Python loop and NumPy's GEMMs run then)
+    assert not native.winograd_conv(x, 1, 1, 8, 8, v[:, :, :8], u, m, y[..., :8].copy(), 1)
+    assert not native.winograd_grad_sums(y[..., :8].copy(), u, 0, m, v[:, :, :8].copy(), 1)
+
+
 @pytest.mark.parametrize("window", [3, 5])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("pairs", [1, 7, 64, 75, 1000])    # whole and partial blocks of 64

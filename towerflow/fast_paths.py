@@ -67,7 +67,7 @@ FAST_PATHS = (
     FastPath("winograd", "TOWERFLOW_WINOGRAD", "1", "0",
              "Winograd F(4x4, 3x3) for stride-1 3x3 convolutions of >= 16 input "
              "channels, F(2x2, 5x5) for stride-1 5x5 ones of >= 20",
-             "towerflow.backends.winograd:WinogradConv.__call__"),
+             "towerflow.backends.winograd:WinogradConv.__init__"),
     FastPath("fusion", "TOWERFLOW_FUSION", "1", "0",
              "fused kernel chains: conv + bias (+ ReLU (+ max pool)), pool grad + ReLU "
              "grad; on GPUs batch norm + ReLU and its gradient",
@@ -155,7 +155,7 @@ def probe_target(probe):
 
         >>> owner, name = probe_target(by_name("winograd").probe)
         >>> owner.__name__, name
-        ('WinogradConv', '__call__')
+        ('WinogradConv', '__init__')
     """
     module_name, attributes = probe.split(":")
     owner = importlib.import_module(module_name)

@@ -174,6 +174,13 @@ static PyMethodDef methods[] = {
     {"winograd_grad_tiles", py_winograd_grad_tiles, METH_VARARGS,
      "winograd_grad_tiles(geometry, v, grad): v[tiles, 36, O] = A e A^T of each tile e "
      "of the NHWC output gradient (zeros past its edge), for the filter gradient."},
+    {"winograd_conv", py_winograd_conv, METH_VARARGS,
+     "winograd_conv(geometry, x, v, u, m, y): a thread's part of a Winograd convolution, "
+     "block after block of images: input transform into u (kept tiles or a workspace), "
+     "the 36 GEMMs by v into m, output transform into y (see native_winograd.c)."},
+    {"winograd_grad_sums", py_winograd_grad_sums, METH_VARARGS,
+     "winograd_grad_sums(geometry, grad, u, v, sums): sums[36, C, O] += a part's filter "
+     "gradient tile products, block after block (gradient tiles through v)."},
     {"winograd_filter", py_winograd_filter, METH_VARARGS,
      "winograd_filter(geometry, mat, grid, out): out[a, b] = sum over p, q of mat[a, p] "
      "mat[b, q] grid[p, q] (each an [elements] row; mat float64), summed in float64: the "

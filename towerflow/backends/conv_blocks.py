@@ -54,6 +54,11 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
         product_scratch = None if keep_product else xp.empty((block_rows, width), dtype)
         workspace = None if fast is None else \
             fast.workspace(min(per_block, last - first), with_inputs=kept is None)
+        if fast is not None and finish is None and keep_product:
+            rows = slice(first * rows_per_image, last * rows_per_image)
+            fast.over_blocks(x[first:last], y[rows], workspace,
+                             _block_images(first, last, per_block), kept, first)
+            return
         for start, stop in _cache_blocks(first, last, per_block):
             rows = slice(start * rows_per_image, stop * rows_per_image)
             count = (stop - start) * rows_per_image
@@ -119,8 +124,8 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
     def part(index):
         first, last = ranges[index]
         workspace = conv.workspace(min(per_block, last - first))
-        for start, stop in _cache_blocks(first, last, per_block):
-            conv(grad[start:stop], dx[start:stop], workspace)
+        conv.over_blocks(grad[first:last], dx[first:last], workspace,
+                         _block_images(first, last, per_block))
     _run_parts(parallel, part, len(ranges), flops)
     return dx
 
@@ -147,9 +152,9 @@ def winograd_filter_gradient(parallel, kept, grad, algorithm):
         first, last = ranges[index]
         workspace = winograd.grad_workspace(grad, min(per_block, last - first), algorithm)
         sums[index] = np.zeros((winograd.TERMS, kept.shape[2], grad.shape[3]), grad.dtype)
-        for start, stop in _cache_blocks(first, last, per_block):
-            winograd.add_tile_products(kept, grad[start:stop], start, workspace, sums[index],
-                                       algorithm)
+        winograd.add_tile_products_over_blocks(kept, grad[first:last], first, workspace,
+                                               sums[index], algorithm,
+                                               _block_images(first, last, per_block))
     _run_parts(parallel, part, len(ranges), flops)
     total = sums[0]
     for value in sums[1:]:
@@ -190,6 +195,13 @@ def _cache_blocks(first, last, per_block):
     if last - first <= per_block:
         return ((first, last),) if last > first else ()
     return _several_blocks(first, last, per_block)
+
+
+def _block_images(first, last, per_block):
+    """Images per block of the compiled loops over images first..last: the
+    first of :func:`_cache_blocks`'s blocks (all but the last are that size)."""
+    blocks = _cache_blocks(first, last, per_block)
+    return blocks[0][1] - blocks[0][0] if blocks else 1
 
 
 def _several_blocks(first, last, per_block):

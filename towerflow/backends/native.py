@@ -115,6 +115,46 @@ def winograd_output(m, shape, y, tile=4):
     return True
 
 
+def winograd_conv(x, top, left, out_h, out_w, v, u, m, y, per_block, tile=4, first_tile=None):
+    """A thread's part of a Winograd convolution in one call, block after block
+    of ``per_block`` images of ``x``: each block's transformed inputs into
+    ``u`` (from tile ``first_tile`` on where ``u`` keeps the part's tiles; a
+    workspace for one block where ``first_tile`` is None), its 36 GEMMs by
+    ``v`` [36, C, O] into ``m`` (a block's products), its outputs into ``y``
+    (C-contiguous, [N, out_h, out_w, O] items); False if the compiled kernels
+    do not apply (then nothing is written)."""
+    if not (VECTOR_GEMM and accepts(x, v, u, m, y) and x.ndim == 4 and v.ndim == 3
+            and _same_floats(x, v, u, m, y) and vector_columns(v.shape[2], v.dtype)):
+        return False
+    kept = first_tile is not None
+    plane_tiles = u.size // (36 * x.shape[3]) if x.shape[3] else 0
+    per_image = -(-out_h // tile) * -(-out_w // tile)
+    _compiled.winograd_conv(tuple(x.shape) + (top, left, out_h, out_w, first_tile or 0,
+                                              plane_tiles, tile, v.shape[2], per_block, kept),
+                            x, v, u.reshape(-1)[:plane_tiles * 36 * x.shape[3]],
+                            m.reshape(-1)[:min(per_block, x.shape[0]) * per_image * 36 *
+                                          v.shape[2]], y)
+    return True
+
+
+def winograd_grad_sums(grad, u, first_tile, v, sums, per_block, tile=4):
+    """sums [36, C, O] += the filter gradient's tile products of the images
+    whose output gradient is ``grad`` [n, OH, OW, O], their kept inputs in
+    ``u`` [tiles, 36, C] from tile ``first_tile`` on, block after block of
+    ``per_block`` images (gradient tiles through ``v``) in one call; False if
+    the compiled kernels do not apply (then nothing is written)."""
+    if not (VECTOR_GEMM and accepts(grad, u, v, sums) and grad.ndim == 4 and u.ndim == 3
+            and _same_floats(grad, u, v, sums) and vector_columns(grad.shape[3], grad.dtype)):
+        return False
+    n, out_h, out_w, out_channels = grad.shape
+    per_image = -(-out_h // tile) * -(-out_w // tile)
+    block_values = min(per_block, n) * per_image * 36 * out_channels
+    _compiled.winograd_grad_sums((n, 0, 0, u.shape[2], 0, 0, out_h, out_w, first_tile,
+                                  u.shape[0], tile, out_channels, per_block, True),
+                                 grad, u, v.reshape(-1)[:block_values], sums)
+    return True
+
+
 def winograd_filter(matrix, grid, out):
     """out[a, b] = sum over p, q of matrix[a, p] matrix[b, q] grid[p, q] (rows
     of the filter's C * O channel pairs), summed in float64 and rounded once

@@ -95,6 +95,13 @@ NATIVE_HIDDEN int take(Views *views, PyObject *obj, int writable, char kind,
 NATIVE_HIDDEN char float_kind(PyObject *obj, const char *name);
 NATIVE_HIDDEN int read_geometry(PyObject *shape, Geometry *g);
 
+/* -- kernels shared across files --------------------------------------------------- */
+
+/* native_gemm.c: Winograd's 36 GEMMs of a block of tiles ('f' or 'd' buffers) */
+NATIVE_HIDDEN void winograd_gemms_of(char kind, const void *u, const void *w, void *m,
+                                     Py_ssize_t first, Py_ssize_t tiles, Py_ssize_t c,
+                                     Py_ssize_t o, int sums);
+
 /* -- entry points of the method table ---------------------------------------------- */
 
 /* native_window.c */
@@ -107,6 +114,8 @@ NATIVE_HIDDEN PyObject *py_winograd_input(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_winograd_output(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_winograd_grad_tiles(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_winograd_filter(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_winograd_conv(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args);
 /* native_gemm.c */
 NATIVE_HIDDEN PyObject *py_winograd_gemms(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_gemm(PyObject *self, PyObject *args);

@@ -396,6 +396,17 @@ static int blocked_gemm_##SUFFIX(const T *a, Py_ssize_t a_row, Py_ssize_t a_col,
 DEFINE_BLOCKED_GEMM(float, f32, 16, int32_t)
 DEFINE_BLOCKED_GEMM(double, f64, 8, int64_t)
 
+/* The 36 GEMMs for native_winograd.c's loops over blocks of images (kind 'f' or
+ * 'd'; the GIL already released). */
+void winograd_gemms_of(char kind, const void *u, const void *w, void *m, Py_ssize_t first,
+                       Py_ssize_t tiles, Py_ssize_t c, Py_ssize_t o, int sums)
+{
+    if (kind == 'f')
+        winograd_gemms_f32(u, w, m, first, tiles, c, o, sums);
+    else
+        winograd_gemms_f64(u, w, m, first, tiles, c, o, sums);
+}
+
 /* winograd_gemms((plane_tiles, first, tiles, c, o, sums), u, w, m): see
  * winograd_gemms_f32. */
 PyObject *py_winograd_gemms(PyObject *self, PyObject *args)

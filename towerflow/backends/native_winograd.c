@@ -242,6 +242,166 @@ DEFINE_WINOGRAD_TILES(double, t4_f64, f64, 4, A_T, A_)
 DEFINE_WINOGRAD_TILES(float, t2_f32, f32, 2, A2_T, A2_)
 DEFINE_WINOGRAD_TILES(double, t2_f64, f64, 2, A2_T, A2_)
 
+/* -- blocks of images in one call ------------------------------------------------------ */
+
+/* A thread's part of a convolution, or of its filter gradient, block after block of
+ * `block` images (sized by the caller to stay in cache): the transforms and the 36
+ * GEMMs of each block in one call, where a Python loop over the blocks cost 8 us of
+ * interpreter time per block (64 blocks per layer at batch 64 for a 32x32 image with
+ * 32 channels), taken under the GIL, which the threads' parts then waited for. */
+typedef struct {
+    WinogradGeometry part;    /* the part's n images; its tiles from first_tile on in u's
+                               * plane_tiles (kept tiles), or first_tile 0 (a workspace) */
+    Py_ssize_t o, block;      /* output channels, images per block */
+    int kept;                 /* u holds all the part's tiles, else one block at a time */
+} PartBlocks;
+
+#define PER_IMAGE(g) (TILES_OF((g)->oh, (g)->tile) * TILES_OF((g)->ow, (g)->tile))
+
+#define DEFINE_WINOGRAD_BLOCKS(T, SUFFIX, KIND)                                         \
+/* y = the convolution of x by v ([36, C, O]), through u (transformed inputs) and m     \
+ * (products), block by block. */                                                       \
+static void winograd_conv_##SUFFIX(const T *x, const T *v, T *u, T *m, T *y,            \
+                                   const PartBlocks *b)                                 \
+{                                                                                       \
+    const WinogradGeometry *part = &b->part;                                            \
+    const Py_ssize_t per_image = PER_IMAGE(part);                                       \
+    for (Py_ssize_t start = 0; start < part->n; start += b->block) {                    \
+        WinogradGeometry in = *part;                                                    \
+        in.n = part->n - start < b->block ? part->n - start : b->block;                 \
+        in.first_tile = b->kept ? part->first_tile + start * per_image : 0;             \
+        winograd_input_##SUFFIX(x + start * part->h * part->w * part->c, u, &in);       \
+        winograd_gemms_of(KIND, u, v, m, in.first_tile, in.n * per_image, part->c, b->o, 0); \
+        const WinogradGeometry out = {.n = in.n, .oh = part->oh, .ow = part->ow,        \
+                                      .c = b->o, .tile = part->tile};                   \
+        T *y_block = y + start * part->oh * part->ow * b->o;                            \
+        if (part->tile == 4)                                                            \
+            winograd_output_t4_##SUFFIX(m, y_block, &out);                              \
+        else                                                                            \
+            winograd_output_t2_##SUFFIX(m, y_block, &out);                              \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* sums[36, C, O] += the filter gradient's tile products of the part's images: their   \
+ * kept inputs u (from part.first_tile on) and output gradient grad [n, OH, OW, O],     \
+ * whose transformed tiles go through v, block by block. */                             \
+static void winograd_grad_sums_##SUFFIX(const T *grad, const T *u, T *v, T *sums,       \
+                                        const PartBlocks *b)                            \
+{                                                                                       \
+    const WinogradGeometry *part = &b->part;                                            \
+    const Py_ssize_t per_image = PER_IMAGE(part);                                       \
+    for (Py_ssize_t start = 0; start < part->n; start += b->block) {                    \
+        const Py_ssize_t count = part->n - start < b->block ? part->n - start : b->block; \
+        const WinogradGeometry tiles = {.n = count, .oh = part->oh, .ow = part->ow,     \
+                                        .c = b->o, .tile = part->tile};                 \
+        const T *grad_block = grad + start * part->oh * part->ow * b->o;                \
+        if (part->tile == 4)                                                            \
+            winograd_grad_tiles_t4_##SUFFIX(grad_block, v, &tiles);                     \
+        else                                                                            \
+            winograd_grad_tiles_t2_##SUFFIX(grad_block, v, &tiles);                     \
+        winograd_gemms_of(KIND, u, v, sums, part->first_tile + start * per_image,       \
+                          count * per_image, part->c, b->o, 1);                         \
+    }                                                                                   \
+}
+
+DEFINE_WINOGRAD_BLOCKS(float, f32, 'f')
+DEFINE_WINOGRAD_BLOCKS(double, f64, 'd')
+
+/* Reads (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles, tile, o, block, kept)
+ * and checks it: the part's tiles within u's plane (kept) or a block's (a workspace),
+ * and o a whole number of the GEMMs' vectors. */
+static int read_part_blocks(PyObject *shape, PartBlocks *b, char kind)
+{
+    WinogradGeometry *g = &b->part;
+    if (!PyArg_ParseTuple(shape, "nnnnnnnnnnnnnp", &g->n, &g->h, &g->w, &g->c, &g->top,
+                          &g->left, &g->oh, &g->ow, &g->first_tile, &g->plane_tiles,
+                          &g->tile, &b->o, &b->block, &b->kept))
+        return -1;
+    Py_ssize_t tiles = 0, block_tiles = 0;
+    const int lanes = kind == 'f' ? 16 : 8;
+    if (g->n < 0 || g->h < 0 || g->w < 0 || g->c < 0 || g->top < 0 || g->left < 0
+        || g->oh < 0 || g->ow < 0 || g->first_tile < 0 || g->plane_tiles < 0
+        || !WINOGRAD_TILE(g->tile) || b->o < 0 || b->o % lanes || b->block < 1
+        || product_of(SIZES(g->n, TILES_OF(g->oh, g->tile), TILES_OF(g->ow, g->tile)),
+                      "tiles", &tiles) < 0
+        || product_of(SIZES(b->block < g->n ? b->block : g->n, PER_IMAGE(g)), "tiles",
+                      &block_tiles) < 0
+        || (b->kept ? g->first_tile > g->plane_tiles - tiles
+                    : g->first_tile != 0 || block_tiles > g->plane_tiles)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "geometry (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles, "
+                     "tile, o, block, kept): sizes must be >= 0, the tile 4 or 2, o a "
+                     "multiple of %d, block >= 1 and the tiles within u's plane", lanes);
+        return -1;
+    }
+    return 0;
+}
+
+/* winograd_conv(geometry, x, v, u, m, y): see winograd_conv_f32 and read_part_blocks;
+ * m holds a block's products, as many tiles as u's plane when u is a workspace. */
+PyObject *py_winograd_conv(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *x_obj, *v_obj, *u_obj, *m_obj, *y_obj;
+    if (!PyArg_ParseTuple(args, "O!OOOOO:winograd_conv", &PyTuple_Type, &shape, &x_obj,
+                          &v_obj, &u_obj, &m_obj, &y_obj))
+        return NULL;
+    char kind = float_kind(x_obj, "x");
+    PartBlocks b;
+    if (!kind || read_part_blocks(shape, &b, kind) < 0)
+        return NULL;
+    const WinogradGeometry *g = &b.part;
+    const Py_ssize_t block_tiles = (b.block < g->n ? b.block : g->n) * PER_IMAGE(g);
+    Views views = {.held = 0};
+    void *x, *v, *u, *m, *y;
+    if (take(&views, x_obj, 0, kind, SIZES(g->n, g->h, g->w, g->c), "x", &x) < 0
+        || take(&views, v_obj, 0, kind, SIZES(36, g->c, b.o), "v", &v) < 0
+        || take(&views, u_obj, 1, kind, SIZES(g->plane_tiles, 36, g->c), "u", &u) < 0
+        || take(&views, m_obj, 1, kind, SIZES(block_tiles, 36, b.o), "m", &m) < 0
+        || take(&views, y_obj, 1, kind, SIZES(g->n, g->oh, g->ow, b.o), "y", &y) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    RUN_WITHOUT_GIL(kind, winograd_conv, x, v, u, m, y, &b);
+    release_all(&views);
+    Py_RETURN_NONE;
+}
+
+/* winograd_grad_sums(geometry, grad, u, v, sums): see winograd_grad_sums_f32 and
+ * read_part_blocks (h, w, top and left unused; kept true); v holds a block's
+ * gradient tiles. */
+PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *shape, *grad_obj, *u_obj, *v_obj, *sums_obj;
+    if (!PyArg_ParseTuple(args, "O!OOOO:winograd_grad_sums", &PyTuple_Type, &shape,
+                          &grad_obj, &u_obj, &v_obj, &sums_obj))
+        return NULL;
+    char kind = float_kind(grad_obj, "grad");
+    PartBlocks b;
+    if (!kind || read_part_blocks(shape, &b, kind) < 0)
+        return NULL;
+    const WinogradGeometry *g = &b.part;
+    if (!b.kept) {
+        PyErr_SetString(PyExc_ValueError, "winograd_grad_sums: the kept tiles expected");
+        return NULL;
+    }
+    const Py_ssize_t block_tiles = (b.block < g->n ? b.block : g->n) * PER_IMAGE(g);
+    Views views = {.held = 0};
+    void *grad, *u, *v, *sums;
+    if (take(&views, grad_obj, 0, kind, SIZES(g->n, g->oh, g->ow, b.o), "grad", &grad) < 0
+        || take(&views, u_obj, 0, kind, SIZES(g->plane_tiles, 36, g->c), "u", &u) < 0
+        || take(&views, v_obj, 1, kind, SIZES(block_tiles, 36, b.o), "v", &v) < 0
+        || take(&views, sums_obj, 1, kind, SIZES(36, g->c, b.o), "sums", &sums) < 0) {
+        release_all(&views);
+        return NULL;
+    }
+    RUN_WITHOUT_GIL(kind, winograd_grad_sums, grad, u, v, sums, &b);
+    release_all(&views);
+    Py_RETURN_NONE;
+}
+
 /* -- the filter transforms ------------------------------------------------------------ */
 
 /* out[a][b][e] = sum_p sum_q mat[a][p] mat[b][q] grid[p][q][e] (a, b < rows; p, q <
