@@ -1,5 +1,8 @@
 /* Pooling and patch kernels (bias + max pool, its gradient, im2col, col2im)
- * and their entry points: see _native.c's overview. */
+ * and their entry points: see _native.c's overview. The pooling kernels have
+ * AVX-512 and AVX2 clones (CPU_CLONES): they compare, select, add and multiply
+ * once per value, nothing GCC could contract into an FMA, so every clone gives
+ * the baseline's bits. */
 #include "native_common.h"
 
 #define DEFINE_KERNELS(T, LANE, SUFFIX)                                                       \
@@ -21,6 +24,7 @@ static void add_bias_outside_windows_##SUFFIX(T *x, const T *bias, const Geometr
  * that max, kept up to date tap by tap: a tap equal to the new max sets its     \
  * bit, and the bits so far survive only while the max stays what they matched. \
  * (NaN matches nothing, as x == max is false for NaN in NumPy.) */              \
+CPU_CLONES                                                                              \
 static void max_pool_##SUFFIX(T *x, const T *bias, T *out, uint8_t *code,             \
                               int relu, const Geometry *g)                              \
 {                                                                                       \
@@ -61,6 +65,7 @@ static void max_pool_##SUFFIX(T *x, const T *bias, T *out, uint8_t *code,       
 /* dx: each window's gradient (masked by pooled > 0 when given, multiplying as  \
  * ReluGrad does) at the window's first maximum (the lowest set bit), zeros      \
  * elsewhere, including the cells no window covers. */                            \
+CPU_CLONES                                                                              \
 static void max_pool_grad_##SUFFIX(const uint8_t *code, const T *grad,                 \
                                    const T *pooled, T *dx, const Geometry *g)           \
 {                                                                                       \
