@@ -77,9 +77,9 @@ def _conv(x, rng, out_channels, size=3, stride=1, padding="SAME", bias=False, re
     dtype = x.dtype.base_dtype
     w = _weight(rng, [size, size, in_channels, out_channels], dtype)
     y = tf.nn.conv2d(x, w, [1, stride, stride, 1], padding)
-    if bias:
-        y = tf.nn.bias_add(y, tf.Variable(rng.standard_normal(out_channels) * 0.1,
-                                          dtype=dtype))
+    if bias:     # True: tf.nn.bias_add; "plus": conv2d(x, w) + b, TF1 tutorials' way
+        b = tf.Variable(rng.standard_normal(out_channels) * 0.1, dtype=dtype)
+        y = y + b if bias == "plus" else tf.nn.bias_add(y, b)
     return tf.nn.relu(y) if relu else y
 
 
@@ -96,14 +96,14 @@ def thresholds_stack(x, rng):
     """14x14x3 in: input channels 3, 15 (< F(4x4, 3x3)'s 16 channels), 16, 17,
     24; Winograd outputs 12 (whole tiles) and 6 (a ragged tile), 3 (< a
     tile: im2col); stride 2; SAME and VALID; bias + ReLU (+ a 2x2 max pool:
-    the fused chain); a dense ReLU layer of 40 units (the compiled GEMM, its
+    the fused chain, its bias added by `+`); a dense ReLU layer of 40 units (the compiled GEMM, its
     rows or columns in thread parts); no batch norm, so towers equal one device.
     5x5 windows: F(2x2, 5x5) on 6x6 (whole tiles; 28 output channels, not whole
     vectors: NumPy's GEMMs) and on 3x3 (a ragged tile; 24 outputs, whole
     float64 vectors: the compiled GEMMs), 24 input channels (>= its 20)."""
     x = _conv(x, rng, 15, bias=True, relu=True)
     x = _conv(x, rng, 16, bias=True, relu=True)
-    x = _conv(x, rng, 17, padding="VALID", bias=True, relu=True)              # 12x12
+    x = _conv(x, rng, 17, padding="VALID", bias="plus", relu=True)            # 12x12
     x = tf.nn.max_pool(x, [1, 2, 2, 1], [1, 2, 2, 1], "VALID")               # 6x6
     x = _conv(x, rng, 24, bias=True, relu=True)
     x = _conv(x, rng, 28, size=5, bias=True, relu=True)

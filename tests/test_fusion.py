@@ -72,6 +72,50 @@ def test_fused_training_step_is_bit_identical(monkeypatch, dtype, strides, paddi
         np.testing.assert_array_equal(fused, separate)
 
 
+def tutorial_conv_net(dtype, bias_first, bias_shape):
+    """TF1 tutorials' layer, conv2d(x, w) + b (or b + conv2d(x, w)) → relu → max
+    pool → dense; (x, labels, loss, gradients)."""
+    tf.set_random_seed(3)
+    rng = np.random.default_rng(4)
+    x = tf.placeholder(dtype, [None, 9, 9, 3])
+    labels = tf.placeholder(tf.int64, [None])
+    w = tf.Variable(rng.standard_normal((3, 3, 3, 8)) * 0.3, dtype=dtype)
+    b = tf.Variable(rng.standard_normal(bias_shape) * 0.3, dtype=dtype)
+    conv = tf.nn.conv2d(x, w, [1, 1, 1, 1], "SAME")
+    hidden = tf.nn.relu(b + conv if bias_first else conv + b)
+    pooled = tf.nn.max_pool(hidden, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+    logits = tf.layers.dense(tf.reshape(pooled, [-1, 5 * 5 * 8]), 5)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits))
+    return x, labels, loss, tf.gradients(loss, tf.trainable_variables() + [x])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias_first", [False, True], ids=["conv+b", "b+conv"])
+def test_a_bias_added_with_plus_fuses_as_bias_add_does(monkeypatch, dtype, bias_first):
+    values = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("TOWERFLOW_FUSION", flag)
+        with tf.Graph().as_default():
+            x, labels, loss, grads = tutorial_conv_net(dtype, bias_first, [8])
+            sess = tf.Session()
+            sess.run(tf.global_variables_initializer())
+            values[flag] = sess.run([loss] + grads, feed(x, labels, dtype))
+            assert conv_chain_lengths(sess) == ([4] if flag == "1" else [])
+    for fused, separate in zip(values["1"], values["0"]):
+        np.testing.assert_array_equal(fused, separate)
+
+
+@pytest.mark.parametrize("bias_shape", [[1, 1, 1, 8], [], [1]])
+def test_other_broadcast_adds_stay_apart(bias_shape):
+    # only a [channels] vector is a bias: a 4-D, scalar or 1-wide one is left to Add
+    x, labels, loss, grads = tutorial_conv_net(np.float32, False, bias_shape)
+    sess = tf.Session()
+    sess.run(tf.global_variables_initializer())
+    sess.run([loss] + grads, feed(x, labels, np.float32))
+    assert conv_chain_lengths(sess) == []
+
+
 def test_inference_fuses_the_conv_chain_only():
     x, labels, _, _, hidden = conv_net(np.float32, 1, "same", 3)
     sess = tf.Session()
@@ -82,7 +126,7 @@ def test_inference_fuses_the_conv_chain_only():
 
 
 def test_fetching_an_inner_tensor_keeps_the_chain_apart():
-    x, labels, loss, grads, hidden = conv_net(np.float32, 1, "same", 3)
+    x, labels, _loss, _grads, hidden = conv_net(np.float32, 1, "same", 3)
     conv_out = hidden.op.inputs[0].op.inputs[0]        # the Conv2D output, before bias
     assert conv_out.op.type == "Conv2D"
     sess = tf.Session()
@@ -204,7 +248,7 @@ def test_inference_keeps_no_patches_or_winners_and_matches_training(monkeypatch)
 
 @pytest.mark.parametrize("fetch", ["winners", "pool gradient"])
 def test_the_pool_stays_out_where_its_winners_are_seen_unmasked(fetch):
-    x, labels, loss, grads, hidden = conv_net(np.float32, 1, "same", 3)
+    x, labels, loss, grads, _hidden = conv_net(np.float32, 1, "same", 3)
     pool = next(op for op in tf.get_default_graph().get_operations() if op.type == "MaxPool")
     pool_grad = next(op for op in tf.get_default_graph().get_operations()
                      if op.type == "MaxPoolGrad")

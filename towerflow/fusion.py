@@ -21,7 +21,8 @@ TOWERFLOW_FUSION=0 turns fusion off (to compare, or to rule it out).
 
 Fused chains (kernel name: ops, first to last):
 
-- ``_FusedConv2D``: Conv2D → BiasAdd (→ Relu). Inputs (x, filter, bias);
+- ``_FusedConv2D``: Conv2D → BiasAdd (→ Relu), or Conv2D → Add of a
+  [channels] bias (``conv2d(x, w) + b``). Inputs (x, filter, bias);
   outputs (the Conv2D's patches output, the last op's output).
   With a MaxPool after the Relu whose winners only masked gradients read
   (below), the pool joins the chain and runs before the ReLU, on each block
@@ -209,7 +210,8 @@ def _match(unit, matchers, context):
 def _conv_bias_relu(conv, context):
     """Conv2D → BiasAdd (→ Relu (→ MaxPool, see _pool_after_relu))."""
     bias_add = context.only_reader(conv.outputs[0])
-    if bias_add is None or bias_add.type != "BiasAdd" or bias_add.inputs[0] is not conv.outputs[0]:
+    bias = _bias_added(bias_add, conv.outputs[0]) if bias_add is not None else None
+    if bias is None:
         return None
     members = [conv, bias_add]
     relu = context.only_reader(bias_add.outputs[0])
@@ -217,15 +219,32 @@ def _conv_bias_relu(conv, context):
         members.append(relu)
         pool = _pool_after_relu(relu, context)
         if pool is not None and context.can_fuse(members + [pool], "_FusedConv2D"):
-            return _fused_conv_pool(members + [pool], context)
+            return _fused_conv_pool(members + [pool], bias, context)
     if not context.can_fuse(members, "_FusedConv2D"):
         return None
     attrs = {**conv.attrs, "activation": "Relu" if len(members) == 3 else None, "pool": None}
     output = members[-1].outputs[0]
     inner = [op.outputs[0] for op in members[:-1]]      # all of one shape and dtype
-    return FusedOp("_FusedConv2D", members, [conv.inputs[0], conv.inputs[1], bias_add.inputs[1]],
+    return FusedOp("_FusedConv2D", members, [conv.inputs[0], conv.inputs[1], bias],
                    [conv.outputs[1], output], attrs, context.device_of(conv),
                    context.stand_ins(inner, output))
+
+
+def _bias_added(op, conv_output):
+    """The bias ``op`` adds to a convolution's output: a BiasAdd's, or the
+    vector of an Add of ``conv_output`` and a [channels] tensor of its dtype
+    (``tf.nn.conv2d(x, w) + b``, TF1's tutorials' way: the same sums, x + b
+    per value, either order); else None."""
+    if op.type == "BiasAdd":
+        return op.inputs[1] if op.inputs[0] is conv_output else None
+    if op.type not in ("Add", "AddV2") or conv_output not in op.inputs:
+        return None
+    other = op.inputs[1] if op.inputs[0] is conv_output else op.inputs[0]
+    channels = conv_output.shape.dims[-1] if conv_output.shape.rank == 4 else None
+    if other is conv_output or other.dtype != conv_output.dtype or channels is None or \
+            other.shape.rank != 1 or other.shape.dims[0] != channels:
+        return None
+    return other
 
 
 def _pool_after_relu(relu, context):
@@ -244,14 +263,14 @@ def _pool_after_relu(relu, context):
     return pool
 
 
-def _fused_conv_pool(members, context):
+def _fused_conv_pool(members, bias, context):
     """Conv2D → BiasAdd → Relu → MaxPool: pools each block of conv + bias and
     applies the ReLU to the pooled values. Outputs: patches, conv + bias (a
     stand-in for the shape of the ReLU's output), the pooled max, winners."""
     conv, bias_add, relu, pool = members
     attrs = {**conv.attrs, "activation": "Relu", "pool": dict(pool.attrs)}
     biased = bias_add.outputs[0]
-    return FusedOp("_FusedConv2D", members, [conv.inputs[0], conv.inputs[1], bias_add.inputs[1]],
+    return FusedOp("_FusedConv2D", members, [conv.inputs[0], conv.inputs[1], bias],
                    [conv.outputs[1], biased, pool.outputs[0], pool.outputs[1]], attrs,
                    context.device_of(conv),
                    context.stand_ins([conv.outputs[0], relu.outputs[0]], biased))
