@@ -11,7 +11,8 @@ float32, channels-last, Nesterov momentum SGD, at each of ``--batches``:
   batch norm in training mode keeping running averages, as below.
 
 The three are measured in turn (round-robin: ``--rounds`` rounds of ``--steps``
-steps each, after a warm-up), so they see the same machine state; the table
+steps each, after a warm-up; each turn starts with one untimed step, see
+gpu_peers.steps_per_second), so they see the same machine state; the table
 gives median samples/s and the ratios towerflow / PyTorch and towerflow / JAX.
 
 FLOPs per step, counted on towerflow's forward graph (``step_flops``): every

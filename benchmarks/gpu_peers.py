@@ -176,6 +176,13 @@ def _torch_network(nn):
 
 
 def steps_per_second(runner, batches, steps):
+    """Steps/s over ``steps`` timed steps, after one untimed step: the first
+    step of a turn pays for the previous framework's threads still spinning
+    (after a JAX turn, towerflow's first cifar10 step at batch 64 took 40-70 ms
+    against 27, and towerflow measured 10 % slower with JAX in the rotation
+    than without it); every framework gets the same settling step."""
+    runner.run(batches[-1])
+    runner.finish()
     start = time.perf_counter()
     for i in range(steps):
         runner.run(batches[i % len(batches)])
