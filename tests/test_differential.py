@@ -305,7 +305,8 @@ def assert_ran(probes, off, paths=CPU_PATHS):
 # -- the suite -----------------------------------------------------------------------
 
 
-# A batch per network whose 4 thread parts each span more than one cache block.
+# A batch per network whose thread parts (2 on 2 cores) each span more than one
+# cache block.
 CROSSING_BATCH = {"thresholds": 29, "residual": 53, "cifar10": 29}
 
 
@@ -388,9 +389,12 @@ def test_batch_sizes_cross_every_boundary(monkeypatch, splits_small_work):
 
 
 def _blocks_crossed(batch, per_block):
-    """How the parts of ``batch`` images (4 thread parts, or 1) cross blocks of
-    ``per_block`` images: "ragged" (the last block shorter) or "whole"."""
-    for parts in (min(batch, 4), 1):
+    """How the parts of ``batch`` images (the CPU pool's thread parts, or 1)
+    cross blocks of ``per_block`` images: "ragged" (the last block shorter)
+    or "whole"."""
+    from towerflow.backends import numpy_backend
+    pool = numpy_backend.CPU_POOL
+    for parts in (min(batch, pool.workers * pool.parts_per_worker), 1):
         for start, stop in cpu_threads.split(batch, parts):
             if stop - start > per_block:
                 yield "ragged" if (stop - start) % per_block else "whole"

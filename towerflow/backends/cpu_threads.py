@@ -113,7 +113,12 @@ class WorkerPool(Serial):
     or from a second Python thread) runs serially on its own thread instead.
     """
 
-    parts_per_worker = 2     # more parts: better balance; fewer: fewer hand-offs
+    # One part per worker. Two (for balance, should the hypervisor stall a
+    # thread) cost more than they saved on the 2-core machine: the cifar10
+    # step at batch 64 / 256 ran 2 % / 5 % faster with one (each part of a
+    # Winograd convolution reads the whole transformed filter, 2.4 MB at 128
+    # channels, and every part is a hand-off).
+    parts_per_worker = 1
     host = True
 
     def __init__(self, workers):
