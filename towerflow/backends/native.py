@@ -155,19 +155,17 @@ def winograd_grad_sums(grad, u, first_tile, v, sums, per_block, tile=4):
     return True
 
 
-def winograd_filter(matrix, grid, out, first=0, stop=None):
+def winograd_filter(matrix, grid, out):
     """out[a, b] = sum over p, q of matrix[a, p] matrix[b, q] grid[p, q] (rows
-    of the filter's C * O channel pairs; only pairs ``first`` .. ``stop`` - 1,
-    default all), summed in float64 and rounded once into ``out`` [R, R, X]
-    (``matrix`` [R, S] float64, ``grid`` [S, S, X] of out's dtype): Winograd's
-    filter transform and its filter gradient's; False if the compiled kernel
-    does not apply."""
+    of the filter's C * O channel pairs), summed in float64 and rounded once
+    into ``out`` [R, R, X] (``matrix`` [R, S] float64, ``grid`` [S, S, X] of
+    out's dtype): Winograd's filter transform and its filter gradient's; False
+    if the compiled kernel does not apply."""
     if not (accepts(matrix, grid, out) and matrix.dtype == np.float64 and matrix.ndim == 2
             and grid.ndim == 3 and out.ndim == 3 and _same_floats(grid, out)):
         return False
-    pairs = grid.shape[2]
-    _compiled.winograd_filter((matrix.shape[0], matrix.shape[1], pairs, first,
-                               pairs if stop is None else stop), matrix, grid, out)
+    _compiled.winograd_filter((matrix.shape[0], matrix.shape[1], grid.shape[2]), matrix,
+                              grid, out)
     return True
 
 

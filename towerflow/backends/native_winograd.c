@@ -462,13 +462,12 @@ filter_step_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows, 
  * vectors (their results are not copied out). */                                    \
 static inline __attribute__((always_inline)) void                                       \
 filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows,       \
-                       Py_ssize_t size, Py_ssize_t elements, Py_ssize_t first,          \
-                       Py_ssize_t stop)                                                 \
+                       Py_ssize_t size, Py_ssize_t elements)                            \
 {                                                                                       \
     T local_in[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                 \
     T local_out[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                \
-    for (Py_ssize_t e0 = first; e0 < stop; e0 += FILTER_BLOCK) {                         \
-        const Py_ssize_t eb = stop - e0 < FILTER_BLOCK ? stop - e0 : FILTER_BLOCK;      \
+    for (Py_ssize_t e0 = 0; e0 < elements; e0 += FILTER_BLOCK) {                         \
+        const Py_ssize_t eb = elements - e0 < FILTER_BLOCK ? elements - e0 : FILTER_BLOCK; \
         const int whole = eb == FILTER_BLOCK;      /* constant-size copies, inlined */ \
         for (Py_ssize_t row = 0; row < size * size; row++) {                            \
             T *local = local_in + row * FILTER_BLOCK;                                   \
@@ -495,19 +494,18 @@ filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows
  * and keeps them in registers: 3x faster), and any other. */                         \
 CPU_CLONES static void winograd_filter_##SUFFIX(const double *mat, const T *grid,       \
                                                 T *out, Py_ssize_t rows,                \
-                                                Py_ssize_t size, Py_ssize_t elements,   \
-                                                Py_ssize_t first, Py_ssize_t stop)      \
+                                                Py_ssize_t size, Py_ssize_t elements)   \
 {                                                                                       \
     if (rows == 6 && size == 3)                                                         \
-        filter_blocks_##SUFFIX(mat, grid, out, 6, 3, elements, first, stop);            \
+        filter_blocks_##SUFFIX(mat, grid, out, 6, 3, elements);                         \
     else if (rows == 3 && size == 6)                                                    \
-        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, elements, first, stop);            \
+        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, elements);                         \
     else if (rows == 6 && size == 5)                                                    \
-        filter_blocks_##SUFFIX(mat, grid, out, 6, 5, elements, first, stop);            \
+        filter_blocks_##SUFFIX(mat, grid, out, 6, 5, elements);                         \
     else if (rows == 5 && size == 6)                                                    \
-        filter_blocks_##SUFFIX(mat, grid, out, 5, 6, elements, first, stop);            \
+        filter_blocks_##SUFFIX(mat, grid, out, 5, 6, elements);                         \
     else                                                                                \
-        filter_blocks_##SUFFIX(mat, grid, out, rows, size, elements, first, stop);      \
+        filter_blocks_##SUFFIX(mat, grid, out, rows, size, elements);                   \
 }
 
 DEFINE_WINOGRAD_FILTER(float, f32)
@@ -517,27 +515,21 @@ DEFINE_WINOGRAD_FILTER(double, f64)
 #pragma GCC pop_options
 #endif
 
-/* winograd_filter((rows, size, elements[, first, stop]), mat, grid, out): see
- * winograd_filter_f32; mat float64 [rows, size], grid [size, size, elements], out
- * [rows, rows, elements]; only pairs first .. stop - 1 (default: all; threads
- * take a range each). */
+/* winograd_filter((rows, size, elements), mat, grid, out): see winograd_filter_f32;
+ * mat float64 [rows, size], grid [size, size, elements], out [rows, rows, elements]. */
 PyObject *py_winograd_filter(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *shape, *mat_obj, *grid_obj, *out_obj;
-    Py_ssize_t rows, size, elements, first = 0, stop = -1;
+    Py_ssize_t rows, size, elements;
     if (!PyArg_ParseTuple(args, "O!OOO:winograd_filter", &PyTuple_Type, &shape, &mat_obj,
                           &grid_obj, &out_obj)
-        || !PyArg_ParseTuple(shape, "nnn|nn", &rows, &size, &elements, &first, &stop))
+        || !PyArg_ParseTuple(shape, "nnn", &rows, &size, &elements))
         return NULL;
-    if (stop == -1)
-        stop = elements;
-    if (rows < 1 || rows > MAX_POINTS || size < 1 || size > MAX_POINTS || elements < 0
-        || first < 0 || stop < first || stop > elements) {
+    if (rows < 1 || rows > MAX_POINTS || size < 1 || size > MAX_POINTS || elements < 0) {
         PyErr_Format(PyExc_ValueError, "winograd_filter: a [rows, size] matrix of 1 to %d "
-                     "rows and columns, elements >= 0 and 0 <= first <= stop <= elements "
-                     "expected, got (%zd, %zd, %zd, %zd, %zd)", MAX_POINTS, rows, size,
-                     elements, first, stop);
+                     "rows and columns and elements >= 0 expected, got (%zd, %zd, %zd)",
+                     MAX_POINTS, rows, size, elements);
         return NULL;
     }
     char kind = float_kind(grid_obj, "grid");
@@ -551,7 +543,7 @@ PyObject *py_winograd_filter(PyObject *self, PyObject *args)
         release_all(&views);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, winograd_filter, mat, grid, out, rows, size, elements, first, stop);
+    RUN_WITHOUT_GIL(kind, winograd_filter, mat, grid, out, rows, size, elements);
     release_all(&views);
     Py_RETURN_NONE;
 }
