@@ -101,6 +101,20 @@ def test_threads_give_the_same_bits_on_every_run(pool):
         np.testing.assert_array_equal(a, b)
 
 
+def test_inference_gives_the_training_outputs_in_every_thread_part(pool):
+    # inference keeps no tiles: each part's blocks go through the workspace only
+    x, w, _ = random_case((6, 12, 12, 32), 32, np.float32)
+    table = build_nn_kernels(np, pool)
+    attrs = {"strides": (1, 1), "padding": "SAME"}
+    trained, _ = kernel(table, "Conv2D", attrs, np.float32)(x, w)
+    ctx = types.SimpleNamespace(attrs=attrs, op=None, resource=lambda key, make: make(),
+                                output_dtypes=[np.dtype(np.float32)] * 2,
+                                outputs_used=[True, False])
+    inferred, patches = table["Conv2D"](ctx)(x, w)
+    assert patches is None
+    np.testing.assert_array_equal(inferred, trained)
+
+
 @pytest.mark.parametrize("what, x_shape, w_shape, strides", [
     ("too few input channels", (2, 8, 8, 15), (3, 3, 15, 16), (1, 1)),
     ("stride 2", (2, 8, 8, 16), (3, 3, 16, 16), (2, 2)),
@@ -190,8 +204,8 @@ def test_one_compiled_call_per_part_gives_the_bits_of_a_call_per_block(window, d
     workspace = conv.workspace(per_block)
     _, kept = conv.kept_inputs(images + 2)               # the part: images 2.. of 7
     y = np.full((images, side, side, out_channels), np.nan, dtype)
-    assert native.winograd_conv(x, pad, pad, side, side, conv.filter, kept, workspace[1], y,
-                                per_block, conv.algorithm.tile,
+    assert native.winograd_conv(x, pad, pad, side, side, conv.filter, workspace[0],
+                                workspace[1], y, per_block, conv.algorithm.tile, kept,
                                 first_tile=2 * conv.tiles_per_image)
     y_unkept = np.full_like(y, np.nan)
     assert native.winograd_conv(x, pad, pad, side, side, conv.filter, workspace[0],
@@ -225,7 +239,10 @@ def test_the_compiled_block_loops_refuse_what_they_cannot_run():
         np.zeros((2, 8, 8, 16), np.float32)
     if native.VECTOR_GEMM:
         with pytest.raises(ValueError, match="tiles within u's plane"):   # 8 tiles, 4 kept
-            native.winograd_conv(x, 1, 1, 8, 8, v, u, m, y, 2, first_tile=0)
+            native.winograd_conv(x, 1, 1, 8, 8, v, u, m, y, 1, kept=u)
+        with pytest.raises(ValueError, match="kept tiles need the kept array"):
+            native._compiled.winograd_conv((2, 8, 8, 16, 1, 1, 8, 8, 0, 8, 4, 16, 1, True),
+                                           x, v, u, m, y, None)
         with pytest.raises(ValueError, match="block >= 1"):
             native.winograd_conv(x, 1, 1, 8, 8, v, u, m, y, 0)
         with pytest.raises(ValueError, match="the kept tiles expected"):

@@ -52,9 +52,12 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
         patch_scratch = None if keep_patches or fast is not None else \
             xp.empty((block_rows, depth), x.dtype)
         product_scratch = None if keep_product else xp.empty((block_rows, width), dtype)
+        compiled_loop = fast is not None and finish is None and keep_product
+        # the compiled loop transforms each block into the workspace, then copies
+        # it to the kept tiles; block by block, the transform writes there itself
         workspace = None if fast is None else \
-            fast.workspace(min(per_block, last - first), with_inputs=kept is None)
-        if fast is not None and finish is None and keep_product:
+            fast.workspace(min(per_block, last - first), with_inputs=kept is None or compiled_loop)
+        if compiled_loop:
             rows = slice(first * rows_per_image, last * rows_per_image)
             fast.over_blocks(x[first:last], y[rows], workspace,
                              _block_images(first, last, per_block), kept, first)

@@ -115,25 +115,27 @@ def winograd_output(m, shape, y, tile=4):
     return True
 
 
-def winograd_conv(x, top, left, out_h, out_w, v, u, m, y, per_block, tile=4, first_tile=None):
+def winograd_conv(x, top, left, out_h, out_w, v, u, m, y, per_block, tile=4, kept=None,
+                  first_tile=0):
     """A thread's part of a Winograd convolution in one call, block after block
     of ``per_block`` images of ``x``: each block's transformed inputs into
-    ``u`` (from tile ``first_tile`` on where ``u`` keeps the part's tiles; a
-    workspace for one block where ``first_tile`` is None), its 36 GEMMs by
-    ``v`` [36, C, O] into ``m`` (a block's products), its outputs into ``y``
-    (C-contiguous, [N, out_h, out_w, O] items); False if the compiled kernels
-    do not apply (then nothing is written)."""
-    if not (VECTOR_GEMM and accepts(x, v, u, m, y) and x.ndim == 4 and v.ndim == 3
-            and _same_floats(x, v, u, m, y) and vector_columns(v.shape[2], v.dtype)):
+    ``u`` and its 36 GEMMs by ``v`` [36, C, O] into ``m`` (``u``, ``m``: a
+    block's worth, or more), its outputs into ``y`` (C-contiguous, [N, out_h,
+    out_w, O] items); with ``kept`` ([tiles, 36, C]), the transformed inputs
+    are copied there too, from tile ``first_tile`` on. False if the compiled
+    kernels do not apply (then nothing is written)."""
+    if not (VECTOR_GEMM and accepts(x, v, u, m, y, kept) and x.ndim == 4 and v.ndim == 3
+            and _same_floats(x, v, u, m, y, kept) and vector_columns(v.shape[2], v.dtype)):
         return False
-    kept = first_tile is not None
-    plane_tiles = u.size // (36 * x.shape[3]) if x.shape[3] else 0
     per_image = -(-out_h // tile) * -(-out_w // tile)
-    _compiled.winograd_conv(tuple(x.shape) + (top, left, out_h, out_w, first_tile or 0,
-                                              plane_tiles, tile, v.shape[2], per_block, kept),
-                            x, v, u.reshape(-1)[:plane_tiles * 36 * x.shape[3]],
-                            m.reshape(-1)[:min(per_block, x.shape[0]) * per_image * 36 *
-                                          v.shape[2]], y)
+    block_tiles = min(per_block, x.shape[0]) * per_image
+    plane_tiles = block_tiles if kept is None else kept.shape[0]
+    first_tile = 0 if kept is None else first_tile
+    _compiled.winograd_conv(tuple(x.shape) + (top, left, out_h, out_w, first_tile,
+                                              plane_tiles, tile, v.shape[2], per_block,
+                                              kept is not None),
+                            x, v, u.reshape(-1)[:block_tiles * 36 * x.shape[3]],
+                            m.reshape(-1)[:block_tiles * 36 * v.shape[2]], y, kept)
     return True
 
 

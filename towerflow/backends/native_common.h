@@ -51,10 +51,10 @@ typedef struct {
             max[ch] = after;                                                            \
         }
 
-/* Views of the arguments, released together by release_all (5: the most an entry
+/* Views of the arguments, released together by release_all (6: the most an entry
  * point takes). */
 typedef struct {
-    Py_buffer views[5];
+    Py_buffer views[6];
     int held;
 } Views;
 

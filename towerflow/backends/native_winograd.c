@@ -250,18 +250,49 @@ DEFINE_WINOGRAD_TILES(double, t2_f64, f64, 2, A2_T, A2_)
  * interpreter time per block (64 blocks per layer at batch 64 for a 32x32 image with
  * 32 channels), taken under the GIL, which the threads' parts then waited for. */
 typedef struct {
-    WinogradGeometry part;    /* the part's n images; its tiles from first_tile on in u's
-                               * plane_tiles (kept tiles), or first_tile 0 (a workspace) */
+    WinogradGeometry part;    /* the part's n images; with kept tiles, their tiles from
+                               * first_tile on in the kept array's plane_tiles */
     Py_ssize_t o, block;      /* output channels, images per block */
-    int kept;                 /* u holds all the part's tiles, else one block at a time */
+    int kept;                 /* the transformed inputs are kept (for the filter gradient) */
 } PartBlocks;
+
+/* dst[0 .. count) = src by non-temporal stores (SSE2, on every x86-64): the kept
+ * tiles are read again only in the backward pass, so writing them through the
+ * caches made every line be read from memory first (for its ownership) and pushed
+ * out the cached data of the blocks to come. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define STREAM_COPY(T, SUFFIX, LANES, STORE, LOAD)                                      \
+static void stream_copy_##SUFFIX(T *dst, const T *src, Py_ssize_t count)                \
+{                                                                                       \
+    Py_ssize_t i = 0;                                                                   \
+    for (; i < count && ((uintptr_t)(dst + i) & 15); i++)                               \
+        dst[i] = src[i];                                                                \
+    for (; i + (LANES) <= count; i += (LANES))                                          \
+        STORE(dst + i, LOAD(src + i));                                                  \
+    for (; i < count; i++)                                                              \
+        dst[i] = src[i];                                                                \
+    _mm_sfence();                                                                       \
+}
+STREAM_COPY(float, f32, 4, _mm_stream_ps, _mm_loadu_ps)
+STREAM_COPY(double, f64, 2, _mm_stream_pd, _mm_loadu_pd)
+#else
+#define STREAM_COPY(T, SUFFIX)                                                          \
+static void stream_copy_##SUFFIX(T *dst, const T *src, Py_ssize_t count)                \
+{                                                                                       \
+    memcpy(dst, src, count * sizeof *dst);                                              \
+}
+STREAM_COPY(float, f32)
+STREAM_COPY(double, f64)
+#endif
 
 #define PER_IMAGE(g) (TILES_OF((g)->oh, (g)->tile) * TILES_OF((g)->ow, (g)->tile))
 
 #define DEFINE_WINOGRAD_BLOCKS(T, SUFFIX, KIND)                                         \
-/* y = the convolution of x by v ([36, C, O]), through u (transformed inputs) and m     \
- * (products), block by block. */                                                       \
-static void winograd_conv_##SUFFIX(const T *x, const T *v, T *u, T *m, T *y,            \
+/* y = the convolution of x by v ([36, C, O]), through u (a block's transformed      \
+ * inputs) and m (its products), block by block; with kept (b->kept), each block's    \
+ * transformed inputs are copied there too, from tile part.first_tile on. */          \
+static void winograd_conv_##SUFFIX(const T *x, const T *v, T *u, T *m, T *y, T *kept,   \
                                    const PartBlocks *b)                                 \
 {                                                                                       \
     const WinogradGeometry *part = &b->part;                                            \
@@ -269,9 +300,13 @@ static void winograd_conv_##SUFFIX(const T *x, const T *v, T *u, T *m, T *y,    
     for (Py_ssize_t start = 0; start < part->n; start += b->block) {                    \
         WinogradGeometry in = *part;                                                    \
         in.n = part->n - start < b->block ? part->n - start : b->block;                 \
-        in.first_tile = b->kept ? part->first_tile + start * per_image : 0;             \
+        in.first_tile = 0;                                                              \
+        in.plane_tiles = in.n * per_image;                                              \
         winograd_input_##SUFFIX(x + start * part->h * part->w * part->c, u, &in);       \
-        winograd_gemms_of(KIND, u, v, m, in.first_tile, in.n * per_image, part->c, b->o, 0); \
+        winograd_gemms_of(KIND, u, v, m, 0, in.n * per_image, part->c, b->o, 0);        \
+        if (b->kept)                                                                    \
+            stream_copy_##SUFFIX(kept + (part->first_tile + start * per_image) * 36 * part->c, \
+                                 u, in.n * per_image * 36 * part->c);                   \
         const WinogradGeometry out = {.n = in.n, .oh = part->oh, .ow = part->ow,        \
                                       .c = b->o, .tile = part->tile};                   \
         T *y_block = y + start * part->oh * part->ow * b->o;                            \
@@ -338,14 +373,15 @@ static int read_part_blocks(PyObject *shape, PartBlocks *b, char kind)
     return 0;
 }
 
-/* winograd_conv(geometry, x, v, u, m, y): see winograd_conv_f32 and read_part_blocks;
- * m holds a block's products, as many tiles as u's plane when u is a workspace. */
+/* winograd_conv(geometry, x, v, u, m, y, kept): see winograd_conv_f32 and
+ * read_part_blocks (plane_tiles: the kept array's; a block's without it); u and m
+ * hold a block's transformed inputs and products; kept None unless kept. */
 PyObject *py_winograd_conv(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *shape, *x_obj, *v_obj, *u_obj, *m_obj, *y_obj;
-    if (!PyArg_ParseTuple(args, "O!OOOOO:winograd_conv", &PyTuple_Type, &shape, &x_obj,
-                          &v_obj, &u_obj, &m_obj, &y_obj))
+    PyObject *shape, *x_obj, *v_obj, *u_obj, *m_obj, *y_obj, *kept_obj;
+    if (!PyArg_ParseTuple(args, "O!OOOOOO:winograd_conv", &PyTuple_Type, &shape, &x_obj,
+                          &v_obj, &u_obj, &m_obj, &y_obj, &kept_obj))
         return NULL;
     char kind = float_kind(x_obj, "x");
     PartBlocks b;
@@ -353,17 +389,24 @@ PyObject *py_winograd_conv(PyObject *self, PyObject *args)
         return NULL;
     const WinogradGeometry *g = &b.part;
     const Py_ssize_t block_tiles = (b.block < g->n ? b.block : g->n) * PER_IMAGE(g);
+    if (b.kept == (kept_obj == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "winograd_conv: kept tiles need the kept array, "
+                        "and no kept array without them");
+        return NULL;
+    }
     Views views = {.held = 0};
-    void *x, *v, *u, *m, *y;
+    void *x, *v, *u, *m, *y, *kept;
     if (take(&views, x_obj, 0, kind, SIZES(g->n, g->h, g->w, g->c), "x", &x) < 0
         || take(&views, v_obj, 0, kind, SIZES(36, g->c, b.o), "v", &v) < 0
-        || take(&views, u_obj, 1, kind, SIZES(g->plane_tiles, 36, g->c), "u", &u) < 0
+        || take(&views, u_obj, 1, kind, SIZES(block_tiles, 36, g->c), "u", &u) < 0
         || take(&views, m_obj, 1, kind, SIZES(block_tiles, 36, b.o), "m", &m) < 0
-        || take(&views, y_obj, 1, kind, SIZES(g->n, g->oh, g->ow, b.o), "y", &y) < 0) {
+        || take(&views, y_obj, 1, kind, SIZES(g->n, g->oh, g->ow, b.o), "y", &y) < 0
+        || take(&views, kept_obj, 1, kind, SIZES(g->plane_tiles, 36, g->c), "kept",
+                &kept) < 0) {
         release_all(&views);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, winograd_conv, x, v, u, m, y, &b);
+    RUN_WITHOUT_GIL(kind, winograd_conv, x, v, u, m, y, kept, &b);
     release_all(&views);
     Py_RETURN_NONE;
 }

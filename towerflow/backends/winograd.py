@@ -200,11 +200,10 @@ class WinogradConv:
         """:meth:`__call__` over the images ``x`` in blocks of ``per_block``
         (``out`` and ``kept`` as there), in one compiled call where it applies
         (the Python loop cost 8 us per block, under the GIL)."""
-        first_tile = None if kept is None else first_image * self.tiles_per_image
-        inputs = workspace[0] if kept is None else kept
-        if native.winograd_conv(x, self.top, self.left, self.out_h, self.out_w, self.filter,
-                                inputs, workspace[1], out, per_block, self.algorithm.tile,
-                                first_tile):
+        if workspace[0] is not None and native.winograd_conv(
+                x, self.top, self.left, self.out_h, self.out_w, self.filter, workspace[0],
+                workspace[1], out, per_block, self.algorithm.tile, kept,
+                first_image * self.tiles_per_image):
             return
         for start in range(0, x.shape[0], per_block):
             stop = min(start + per_block, x.shape[0])
