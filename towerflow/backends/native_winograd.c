@@ -150,11 +150,22 @@ CPU_CLONES static void winograd_grad_tiles_##FUNCTIONS(const T *restrict grad,  
     const Py_ssize_t plane = o;         /* from one term to the next */                 \
     FOR_EACH_TILE(g->n, th, tw, o) {                                                    \
         T e[TILE][TILE][BLOCK], t[6][TILE][BLOCK];                                      \
-        load_tile_##SUFFIX(grad + img * g->oh * g->ow * o + c0, g->oh, g->ow, o,        \
-                           ty * TILE, tx * TILE, TILE, cb, &e[0][0][0]);                \
-        for (int j = 0; j < TILE; j++) {                                                \
-            _Pragma("GCC ivdep")                                                        \
-            A_OF(T, E_COL, TE_COL, cb)                                                  \
+        const T *image = grad + img * g->oh * g->ow * o + c0;                           \
+        if ((ty + 1) * TILE <= g->oh && (tx + 1) * TILE <= g->ow) {                     \
+            /* inside the gradient: read the tile in place, no copy */                  \
+            const T *window = image + (ty * TILE * g->ow + tx * TILE) * o;              \
+            const Py_ssize_t image_w = g->ow, c = o;                                    \
+            for (int j = 0; j < TILE; j++) {                                            \
+                _Pragma("GCC ivdep")                                                    \
+                A_OF(T, X_COL, TE_COL, cb)                                              \
+            }                                                                           \
+        } else {                                                                        \
+            load_tile_##SUFFIX(image, g->oh, g->ow, o, ty * TILE, tx * TILE, TILE, cb,  \
+                               &e[0][0][0]);                                            \
+            for (int j = 0; j < TILE; j++) {                                            \
+                _Pragma("GCC ivdep")                                                    \
+                A_OF(T, E_COL, TE_COL, cb)                                              \
+            }                                                                           \
         }                                                                               \
         for (int i = 0; i < 6; i++) {                                                   \
             T *out = v + tile * 36 * o + (i * 6) * plane + c0;                          \
