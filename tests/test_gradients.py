@@ -432,3 +432,22 @@ def test_second_derivatives_through_gradient_ops_raise_lookup_error():
     (grad,) = tf.gradients(tf.reduce_sum(tf.nn.relu(x) * 2.0), x)
     with pytest.raises(LookupError, match="op type: ReluGrad"):
         tf.gradients(tf.reduce_sum(grad * x), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(100, 28, 28, 32), (3, 5, 32)], ids=["big", "small"])
+def test_a_bias_added_with_plus_gets_the_sum_of_its_gradient(op_device, dtype, shape):
+    # d(sum((x + b) * w))/db = the sum of w over the leading axes (a BLAS GEMV on
+    # big gradients, NumPy's sum on small ones). w holds small integers, so
+    # every partial sum is exact (below 2^24) in any order: the sums must be equal
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(dtype)
+    w = rng.integers(-2, 3, shape).astype(dtype)
+    with tf.Graph().as_default(), tf.device(op_device):
+        b = tf.Variable(np.zeros(shape[-1], dtype))
+        grad, = tf.gradients(tf.reduce_sum((tf.constant(x) + b) * tf.constant(w)), [b])
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            got = sess.run(grad)
+    assert got.dtype == dtype and got.shape == (shape[-1],)
+    np.testing.assert_array_equal(got, w.reshape(-1, shape[-1]).astype(np.int64).sum(axis=0))

