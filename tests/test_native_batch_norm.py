@@ -315,3 +315,62 @@ def test_the_pool_chain_equals_the_separate_kernels_bit_for_bit(ksize, strides, 
     compiled = native_batch_norm.batch_norm_relu_pool_training(
         x, scale, offset, EPSILON, lay, numpy_backend.CPU_POOL)
     assert (compiled is not None) == (ksize == strides)
+
+
+# -- a training flag fed at run time --------------------------------------------------------
+
+
+def _flagged_steps(training_flag, feed_flag, steps=2):
+    """Two momentum steps of conv -> batch norm -> ReLU -> dense on /cpu:0 with
+    ``training=training_flag`` (True, or a bool placeholder fed ``feed_flag``):
+    (losses, variables after, the step's outputs)."""
+    import towerflow as tf
+    rng = np.random.default_rng(8)
+    images = rng.standard_normal((6, 8, 8, 16)).astype(np.float32)
+    labels = rng.integers(0, 4, 6)
+    with tf.Graph().as_default(), tf.device("/cpu:0"):
+        x = tf.placeholder(tf.float32, images.shape)
+        y_true = tf.placeholder(tf.int64, [6])
+        flag = tf.placeholder(tf.bool, []) if training_flag is None else training_flag
+        h = tf.layers.conv2d(x, 16, 3, padding="same", use_bias=False,
+                             kernel_initializer=tf.constant_initializer(
+                                 rng.standard_normal((3, 3, 16, 16)) * 0.1))
+        h = tf.nn.relu(tf.layers.batch_normalization(h, training=flag, momentum=0.5))
+        logits = tf.layers.dense(tf.reshape(h, [6, -1]), 4,
+                                 kernel_initializer=tf.constant_initializer(
+                                     rng.standard_normal((8 * 8 * 16, 4)) * 0.02))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y_true, logits=logits))
+        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+            train = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+        feed = {x: images, y_true: labels}
+        if training_flag is None:
+            feed[flag] = feed_flag
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            losses = [sess.run([train, loss], feed)[1] for _ in range(steps)]
+            return losses, sess.run(tf.global_variables())
+
+
+def test_a_fed_true_training_flag_runs_the_compiled_kernels_bit_for_bit(monkeypatch):
+    # tf.layers.batch_normalization(x, training=a bool placeholder), TF1 programs'
+    # usual switch: fed True, the step is the one built with training=True (the
+    # compiled training kernels, read on the host), bit for bit; fed False, the
+    # NumPy inference kernels run, as for training=False
+    calls = []
+    sums = native.batch_norm_sums
+
+    def counted(*args):
+        calls.append(args[3] is None)       # forward sums: no gradient
+        return sums(*args)
+    monkeypatch.setattr(native, "batch_norm_sums", counted)
+    fixed = _flagged_steps(True, None)
+    fed = _flagged_steps(None, True)
+    assert True in calls and False in calls     # forward and gradient sums ran compiled
+    np.testing.assert_array_equal(fed[0], fixed[0])
+    for fed_value, fixed_value in zip(fed[1], fixed[1]):
+        np.testing.assert_array_equal(fed_value, fixed_value)
+    calls.clear()
+    inference = _flagged_steps(None, False)
+    assert calls == []
+    np.testing.assert_array_equal(inference[0], _flagged_steps(False, None)[0])

@@ -241,9 +241,12 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
     own training-mode kernels: ``train(x, scale, offset, epsilon, relu)`` and
     ``train_grad(grad, relu_output, x, scale, mean, inv_std)`` (relu_output
     None unless masked) return the op's outputs, or None where they do not
-    take the arrays; then, and in inference, for a fed training flag, or where
-    ``takes_op(ctx)`` says no, ``table``'s makers run (the chains as the
-    separate kernels would compute them)::
+    take the arrays; then, and in inference, or where ``takes_op(ctx)`` says
+    no, ``table``'s makers run (the chains as the separate kernels would
+    compute them). A training flag fed at run time (``is_training`` None:
+    ``tf.layers.batch_normalization(x, training=is_training_placeholder)``)
+    is read on the host where ``xp`` is NumPy: True runs the training
+    kernels; on a GPU it stays on the device, for the table's makers::
 
         kernels = batch_norm_chain_kernels(np, table, native_train, native_grad)
     """
@@ -251,19 +254,26 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
     # NOTE: the makers as they are now: callers update ``table`` with the result
     generic = {name: table[name] for name in ("FusedBatchNorm", "FusedBatchNormGrad")}
 
+    def runs_training(ctx):
+        """Whether the op may run the training kernels: in training mode,
+        decided when built or (on the host) by a fed flag."""
+        training = ctx.attrs["is_training"]
+        return (training is True or training is None and xp is np) and takes_op(ctx)
+
     def forward(relu):
         def make(ctx):
             fallback = generic["FusedBatchNorm"](ctx)
             if relu:
                 fallback = _relu_after(xp, fallback)
-            if ctx.attrs["is_training"] is not True or not takes_op(ctx):
+            if not runs_training(ctx):
                 return fallback
             epsilon = ctx.attrs["epsilon"]
 
-            def run(x, scale, offset, mean, variance):
-                outputs = train(x, scale, offset, epsilon, relu)
-                return fallback(x, scale, offset, mean, variance) if outputs is None \
-                    else outputs
+            def run(x, scale, offset, mean, variance, *fed_training):
+                outputs = train(x, scale, offset, epsilon, relu) \
+                    if not fed_training or bool(fed_training[0]) else None
+                return fallback(x, scale, offset, mean, variance, *fed_training) \
+                    if outputs is None else outputs
             return run
         return make
 
@@ -272,13 +282,16 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
             fallback = generic["FusedBatchNormGrad"](ctx)
             if masked:
                 fallback = _relu_grad_before(fallback)
-            if ctx.attrs["is_training"] is not True or not takes_op(ctx):
+            if not runs_training(ctx):
                 return fallback
+            fed = ctx.attrs["is_training"] is None      # the flag: the last input
 
             def run(grad, *inputs):
+                arrays = inputs[:-1] if fed else inputs
                 relu_output, (x, scale, mean, inv_std) = \
-                    (inputs[0], inputs[1:]) if masked else (None, inputs)
-                outputs = train_grad(grad, relu_output, x, scale, mean, inv_std)
+                    (arrays[0], arrays[1:]) if masked else (None, arrays)
+                outputs = train_grad(grad, relu_output, x, scale, mean, inv_std) \
+                    if not fed or bool(inputs[-1]) else None
                 return fallback(grad, *inputs) if outputs is None else outputs
             return run
         return make
