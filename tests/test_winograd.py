@@ -238,7 +238,7 @@ def test_the_compiled_block_loops_refuse_what_they_cannot_run():
     u, m, y = np.zeros((4, 36, 16), np.float32), np.zeros((4, 36, 16), np.float32), \
         np.zeros((2, 8, 8, 16), np.float32)
     if native.VECTOR_GEMM:
-        with pytest.raises(ValueError, match="tiles within u's plane"):   # 8 tiles, 4 kept
+        with pytest.raises(ValueError, match="tiles within plane_tiles"):   # 8 tiles, 4 kept
             native.winograd_conv(x, 1, 1, 8, 8, v, u, m, y, 1, kept=u)
         with pytest.raises(ValueError, match="kept tiles need the kept array"):
             native._compiled.winograd_conv((2, 8, 8, 16, 1, 1, 8, 8, 0, 8, 4, 16, 1, True),

@@ -354,8 +354,9 @@ DEFINE_WINOGRAD_BLOCKS(float, f32, 'f')
 DEFINE_WINOGRAD_BLOCKS(double, f64, 'd')
 
 /* Reads (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles, tile, o, block, kept)
- * and checks it: the part's tiles within u's plane (kept) or a block's (a workspace),
- * and o a whole number of the GEMMs' vectors. */
+ * and checks it: with kept tiles (winograd_conv's kept array, winograd_grad_sums's u)
+ * the part's tiles within their plane_tiles, else first_tile 0 and a block's tiles
+ * within plane_tiles; o a whole number of the GEMMs' vectors. */
 static int read_part_blocks(PyObject *shape, PartBlocks *b, char kind)
 {
     WinogradGeometry *g = &b->part;
@@ -378,7 +379,7 @@ static int read_part_blocks(PyObject *shape, PartBlocks *b, char kind)
         PyErr_Format(PyExc_ValueError,
                      "geometry (n, h, w, c, top, left, oh, ow, first_tile, plane_tiles, "
                      "tile, o, block, kept): sizes must be >= 0, the tile 4 or 2, o a "
-                     "multiple of %d, block >= 1 and the tiles within u's plane", lanes);
+                     "multiple of %d, block >= 1 and the tiles within plane_tiles", lanes);
         return -1;
     }
     return 0;
