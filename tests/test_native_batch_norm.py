@@ -320,10 +320,11 @@ def test_the_pool_chain_equals_the_separate_kernels_bit_for_bit(ksize, strides, 
 # -- a training flag fed at run time --------------------------------------------------------
 
 
-def _flagged_steps(training_flag, feed_flag, steps=2):
-    """Two momentum steps of conv -> batch norm -> ReLU -> dense on /cpu:0 with
-    ``training=training_flag`` (True, or a bool placeholder fed ``feed_flag``):
-    (losses, variables after, the step's outputs)."""
+def _flagged_steps(training_flag, feed_flag, steps=2, pool=False):
+    """Two momentum steps of conv -> batch norm -> ReLU (-> 2x2 max pool) ->
+    dense on /cpu:0 with ``training=training_flag`` (True, or a bool
+    placeholder fed ``feed_flag``): (losses, variables after, the op types the
+    plans ran, fused chains included)."""
     import towerflow as tf
     rng = np.random.default_rng(8)
     images = rng.standard_normal((6, 8, 8, 16)).astype(np.float32)
@@ -336,9 +337,12 @@ def _flagged_steps(training_flag, feed_flag, steps=2):
                              kernel_initializer=tf.constant_initializer(
                                  rng.standard_normal((3, 3, 16, 16)) * 0.1))
         h = tf.nn.relu(tf.layers.batch_normalization(h, training=flag, momentum=0.5))
+        dense_weights = rng.standard_normal((8 * 8 * 16, 4)) * 0.02
+        if pool:
+            h, dense_weights = tf.nn.max_pool(h, [1, 2, 2, 1], [1, 2, 2, 1], "VALID"), \
+                dense_weights[:4 * 4 * 16]
         logits = tf.layers.dense(tf.reshape(h, [6, -1]), 4,
-                                 kernel_initializer=tf.constant_initializer(
-                                     rng.standard_normal((8 * 8 * 16, 4)) * 0.02))
+                                 kernel_initializer=tf.constant_initializer(dense_weights))
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=y_true, logits=logits))
         with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
@@ -349,14 +353,15 @@ def _flagged_steps(training_flag, feed_flag, steps=2):
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             losses = [sess.run([train, loss], feed)[1] for _ in range(steps)]
-            return losses, sess.run(tf.global_variables())
+            return losses, sess.run(tf.global_variables()), cifar_step_types(sess)
 
 
-def test_a_fed_true_training_flag_runs_the_compiled_kernels_bit_for_bit(monkeypatch):
+@pytest.mark.parametrize("pool", [False, True], ids=["relu", "relu-pool"])
+def test_a_fed_true_training_flag_runs_the_compiled_kernels_bit_for_bit(monkeypatch, pool):
     # tf.layers.batch_normalization(x, training=a bool placeholder), TF1 programs'
     # usual switch: fed True, the step is the one built with training=True (the
-    # compiled training kernels, read on the host), bit for bit; fed False, the
-    # NumPy inference kernels run, as for training=False
+    # compiled training kernels and the fused chains, the flag read on the host),
+    # bit for bit; fed False, the NumPy inference kernels run, as for training=False
     calls = []
     sums = native.batch_norm_sums
 
@@ -364,13 +369,16 @@ def test_a_fed_true_training_flag_runs_the_compiled_kernels_bit_for_bit(monkeypa
         calls.append(args[3] is None)       # forward sums: no gradient
         return sums(*args)
     monkeypatch.setattr(native, "batch_norm_sums", counted)
-    fixed = _flagged_steps(True, None)
-    fed = _flagged_steps(None, True)
+    fixed = _flagged_steps(True, None, pool=pool)
+    fed = _flagged_steps(None, True, pool=pool)
     assert True in calls and False in calls     # forward and gradient sums ran compiled
+    chains = {"_FusedBatchNormReluPool", "_MaxPoolGradRelu"} if pool else \
+        {"_FusedBatchNormRelu", "_ReluGradBatchNormGrad"}
+    assert chains <= fed[2] and chains <= fixed[2]
     np.testing.assert_array_equal(fed[0], fixed[0])
     for fed_value, fixed_value in zip(fed[1], fixed[1]):
         np.testing.assert_array_equal(fed_value, fixed_value)
     calls.clear()
-    inference = _flagged_steps(None, False)
-    assert calls == []
-    np.testing.assert_array_equal(inference[0], _flagged_steps(False, None)[0])
+    inference = _flagged_steps(None, False, pool=pool)
+    assert calls == [] and chains <= inference[2]
+    np.testing.assert_array_equal(inference[0], _flagged_steps(False, None, pool=pool)[0])

@@ -295,8 +295,9 @@ def _max_pool_grad_relu(relu_grad, context):
 
 
 def _batch_norm_relu(batch_norm, context):
-    """FusedBatchNorm (training, decided when built) → Relu."""
-    if batch_norm.attrs.get("is_training") is not True:
+    """FusedBatchNorm (training, decided when built or fed: its kernels pass
+    a fed False to the separate kernels' arithmetic) → Relu."""
+    if batch_norm.attrs.get("is_training") is False:
         return None
     relu = context.only_reader(batch_norm.outputs[0])
     if relu is None or relu.type != "Relu":
@@ -327,18 +328,18 @@ def _batch_norm_relu_pool(members, context):
 
 
 def _relu_grad_batch_norm_grad(relu_grad, context):
-    """ReluGrad → FusedBatchNormGrad (training, decided when built)."""
+    """ReluGrad → FusedBatchNormGrad (training, decided when built or fed)."""
     bn_grad = context.only_reader(relu_grad.outputs[0])
     if bn_grad is None or bn_grad.type != "FusedBatchNormGrad" or \
             bn_grad.inputs[0] is not relu_grad.outputs[0] or \
-            bn_grad.attrs.get("is_training") is not True:
+            bn_grad.attrs.get("is_training") is False:
         return None
     members = [relu_grad, bn_grad]
     if not context.can_fuse(members, "_ReluGradBatchNormGrad"):
         return None
     grad, relu_output = relu_grad.inputs
-    return FusedOp("_ReluGradBatchNormGrad", members,
-                   [grad, relu_output] + list(bn_grad.inputs[1:5]), list(bn_grad.outputs),
+    return FusedOp("_ReluGradBatchNormGrad", members,          # (and a fed flag last)
+                   [grad, relu_output] + list(bn_grad.inputs[1:]), list(bn_grad.outputs),
                    dict(bn_grad.attrs), context.device_of(bn_grad),
                    context.stand_ins([relu_grad.outputs[0]], bn_grad.outputs[0]))
 

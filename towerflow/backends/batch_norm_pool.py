@@ -34,15 +34,18 @@ def batch_norm_relu_pool_kernels(table, parallel=SERIAL, compiled=True):
         def separate(x, *inputs):
             outputs = batch_norm_relu(x, *inputs)
             return tuple(max_pool(outputs[0])) + tuple(outputs[1:])
-        if not compiled or ctx.attrs["is_training"] is not True or \
+        if not compiled or ctx.attrs["is_training"] is False or \
                 not native_batch_norm.one_dtype(batch_norm_ctx):
             return separate
         epsilon, layout_of = ctx.attrs["epsilon"], _layout_maker(ctx.attrs["pool"])
 
-        def run(x, scale, offset, mean, variance):
+        def run(x, scale, offset, mean, variance, *fed_training):
+            # a fed flag (compiled: NumPy's, read on the host): False runs separate
             outputs = native_batch_norm.batch_norm_relu_pool_training(
-                x, scale, offset, epsilon, layout_of(x.shape), parallel)
-            return separate(x, scale, offset, mean, variance) if outputs is None else outputs
+                x, scale, offset, epsilon, layout_of(x.shape), parallel) \
+                if not fed_training or bool(fed_training[0]) else None
+            return separate(x, scale, offset, mean, variance, *fed_training) \
+                if outputs is None else outputs
         return run
     return {KERNEL: make}
 
