@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import errors
 from .cpu_threads import SERIAL
-from .filled_vectors import FilledVectors
+from .filled_vectors import FilledVectors, column_sums
 from .fused_kernels import LONG_ROW, long_rows
 
 
@@ -108,10 +108,7 @@ class _SplitKernels:
         # NOTE: ones @ grad2d is a BLAS gemv, several times faster than NumPy's
         # sum(axis=0); one call, as splitting it across threads cost more than
         # it saved.
-        return self.xp.matmul(self._ones_vector(grad2d.shape[0], grad.dtype), grad2d)
-
-    def _ones_vector(self, rows, dtype):
-        return self._ones.get(rows, dtype)
+        return column_sums(self._ones, grad2d)
 
 
 def _plain_floats(first, *others):

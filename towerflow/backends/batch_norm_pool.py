@@ -17,6 +17,7 @@ import copy
 
 from . import native_batch_norm
 from .cpu_threads import SERIAL
+from .fused_kernels import trains
 from .window_geometry import _layout_maker
 
 KERNEL = "_FusedBatchNormReluPool"
@@ -43,7 +44,7 @@ def batch_norm_relu_pool_kernels(table, parallel=SERIAL, compiled=True):
             # a fed flag (compiled: NumPy's, read on the host): False runs separate
             outputs = native_batch_norm.batch_norm_relu_pool_training(
                 x, scale, offset, epsilon, layout_of(x.shape), parallel) \
-                if not fed_training or bool(fed_training[0]) else None
+                if trains(fed_training) else None
             return separate(x, scale, offset, mean, variance, *fed_training) \
                 if outputs is None else outputs
         return run

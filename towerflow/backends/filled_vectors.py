@@ -43,6 +43,17 @@ class FilledVectors:
         return vector[:size]
 
 
+def column_sums(ones, rows):
+    """The sum of each column of the [R, C] ``rows`` as ``ones`` (a
+    FilledVectors of ones) @ rows, a BLAS GEMV, several times faster than
+    NumPy's sum(axis=0), which adds row after row in a loop as short as the
+    columns; sum(axis=0) for other dtypes than floats of 4 bytes or more and
+    for no rows."""
+    if rows.dtype.kind != "f" or rows.dtype.itemsize < 4 or rows.shape[0] == 0:
+        return rows.sum(axis=0)
+    return ones.xp.matmul(ones.get(rows.shape[0], rows.dtype), rows)
+
+
 def _capturing(xp):
     """Whether ``xp``'s current stream is being captured into a CUDA graph."""
     cuda = getattr(xp, "cuda", None)

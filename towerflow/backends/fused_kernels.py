@@ -4,7 +4,7 @@ batch normalisation (forward and backward), written against ``xp``."""
 import numpy as np
 
 from .. import errors
-from .filled_vectors import FilledVectors
+from .filled_vectors import FilledVectors, column_sums
 
 # -- softmax cross-entropy -------------------------------------------------------------
 
@@ -229,10 +229,8 @@ class _PerChannel:
         return result.reshape(rows.shape)
 
     def column_sums(self, rows):
-        """The sum of each column, as ones @ rows (NumPy's sum(axis=0) is slower)."""
-        if rows.dtype.kind != "f" or rows.dtype.itemsize < 4 or rows.shape[0] == 0:
-            return rows.sum(axis=0)
-        return self.xp.matmul(self._ones.get(rows.shape[0], rows.dtype), rows)
+        """The sum of each column (see filled_vectors.column_sums)."""
+        return column_sums(self._ones, rows)
 
 
 def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
@@ -271,7 +269,7 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
 
             def run(x, scale, offset, mean, variance, *fed_training):
                 outputs = train(x, scale, offset, epsilon, relu) \
-                    if not fed_training or bool(fed_training[0]) else None
+                    if trains(fed_training) else None
                 return fallback(x, scale, offset, mean, variance, *fed_training) \
                     if outputs is None else outputs
             return run
@@ -287,17 +285,24 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
             fed = ctx.attrs["is_training"] is None      # the flag: the last input
 
             def run(grad, *inputs):
-                arrays = inputs[:-1] if fed else inputs
+                arrays, fed_training = (inputs[:-1], inputs[-1:]) if fed else (inputs, ())
                 relu_output, (x, scale, mean, inv_std) = \
                     (arrays[0], arrays[1:]) if masked else (None, arrays)
                 outputs = train_grad(grad, relu_output, x, scale, mean, inv_std) \
-                    if not fed or bool(inputs[-1]) else None
+                    if trains(fed_training) else None
                 return fallback(grad, *inputs) if outputs is None else outputs
             return run
         return make
 
     return {"FusedBatchNorm": forward(False), "_FusedBatchNormRelu": forward(True),
             "FusedBatchNormGrad": backward(False), "_ReluGradBatchNormGrad": backward(True)}
+
+
+def trains(fed_training):
+    """Whether a batch norm bound to its training kernels runs them: with no
+    flag fed (``fed_training`` empty: training decided when built), or a fed
+    flag (``fed_training[0]``, on the host) that is True."""
+    return not fed_training or bool(fed_training[0])
 
 
 def _relu_after(xp, generic):

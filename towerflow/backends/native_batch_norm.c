@@ -45,11 +45,8 @@ typedef struct {
  * for the last one's store (measured: 20 GB/s of x on one core). A strip of up to
  * STRIP_VECTORS vectors of SUM_LANES channels; each channel's sum still adds the rows
  * in order, so the bits are those of the row-by-row loop. */
-#define SUM_LANES 8
+#define SUM_LANES 8         /* a double_lanes */
 #define STRIP_VECTORS 4
-typedef double sum_vec __attribute__((vector_size(SUM_LANES * sizeof(double))));
-typedef float sum_f32 __attribute__((vector_size(SUM_LANES * sizeof(float))));
-typedef double sum_f64 __attribute__((vector_size(SUM_LANES * sizeof(double))));
 
 #define DEFINE_BATCH_NORM_SUMS(T, SUFFIX)                                               \
 /* first/second[ch0 ..] = the sums over rows [start, end) of `vectors` vectors of         \
@@ -59,32 +56,32 @@ sums_strip_##SUFFIX(const T *x, const T *shift, const T *grad, const T *relu,   
                     double *first, double *second, Py_ssize_t c, Py_ssize_t start,      \
                     Py_ssize_t end, Py_ssize_t ch0, int vectors)                        \
 {                                                                                       \
-    sum_vec sum1[STRIP_VECTORS], sum2[STRIP_VECTORS], shifts[STRIP_VECTORS];            \
+    double_lanes sum1[STRIP_VECTORS], sum2[STRIP_VECTORS], shifts[STRIP_VECTORS];       \
     for (int v = 0; v < vectors; v++) {                                                 \
-        sum_##SUFFIX lanes;                                                             \
+        T##_lanes lanes;                                                                \
         memcpy(&lanes, shift + ch0 + v * SUM_LANES, sizeof lanes);                      \
-        shifts[v] = __builtin_convertvector(lanes, sum_vec);                            \
-        sum1[v] = sum2[v] = (sum_vec){0};                                               \
+        shifts[v] = __builtin_convertvector(lanes, double_lanes);                       \
+        sum1[v] = sum2[v] = (double_lanes){0};                                          \
     }                                                                                   \
     for (Py_ssize_t row = start; row < end; row++)                                      \
         for (int v = 0; v < vectors; v++) {                                             \
             const Py_ssize_t at = row * c + ch0 + v * SUM_LANES;                        \
-            sum_##SUFFIX lanes;                                                         \
+            T##_lanes lanes;                                                            \
             memcpy(&lanes, x + at, sizeof lanes);                                       \
-            const sum_vec d = __builtin_convertvector(lanes, sum_vec) - shifts[v];      \
+            const double_lanes d = __builtin_convertvector(lanes, double_lanes) - shifts[v]; \
             if (!grad) {                                                                \
                 sum1[v] += d;                                                           \
                 sum2[v] += d * d;                                                       \
                 continue;                                                               \
             }                                                                           \
-            sum_##SUFFIX g;                                                             \
+            T##_lanes g;                                                                \
             memcpy(&g, grad + at, sizeof g);                                            \
             if (relu) {                 /* g * (T)(relu > 0), as the scalar loop */     \
-                sum_##SUFFIX r;                                                         \
+                T##_lanes r;                                                            \
                 memcpy(&r, relu + at, sizeof r);                                        \
-                g = g * __builtin_convertvector(-(r > 0), sum_##SUFFIX);                \
+                g = g * __builtin_convertvector(-(r > 0), T##_lanes);                   \
             }                                                                           \
-            const sum_vec gv = __builtin_convertvector(g, sum_vec);                     \
+            const double_lanes gv = __builtin_convertvector(g, double_lanes);           \
             sum1[v] += gv;                                                              \
             sum2[v] += gv * d;                                                          \
         }                                                                               \

@@ -31,6 +31,12 @@ typedef struct {
 #define CPU_CLONES
 #endif
 
+/* Eight floats or doubles (a double_lanes is one AVX-512 register): the vectors
+ * of the float64 sums of batch norm and of Winograd's filter transforms, which
+ * load float_lanes or double_lanes and convert them. */
+typedef float float_lanes __attribute__((vector_size(8 * sizeof(float))));
+typedef double double_lanes __attribute__((vector_size(8 * sizeof(double))));
+
 /* np.maximum(m, a): NaN in either gives NaN, ties keep the first argument. */
 #define NP_MAX(m, a) (((m) >= (a) || (m) != (m)) ? (m) : (a))
 

@@ -469,11 +469,8 @@ PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args)
  * 128 x 128 filter, on one core, three times per layer and step. */
 #define MAX_POINTS 6
 #define FILTER_BLOCK 64     /* pairs per block (a multiple of FILTER_LANES) */
-#define FILTER_LANES 8      /* pairs per step: a vector of 8 doubles */
+#define FILTER_LANES 8      /* pairs per step: a double_lanes */
 
-typedef double filter_vec __attribute__((vector_size(FILTER_LANES * sizeof(double))));
-typedef double double_lanes __attribute__((vector_size(FILTER_LANES * sizeof(double))));
-typedef float float_lanes __attribute__((vector_size(FILTER_LANES * sizeof(float))));
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
@@ -487,23 +484,23 @@ static inline __attribute__((always_inline)) void                               
 filter_step_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows,         \
                      Py_ssize_t size, Py_ssize_t stride, Py_ssize_t e)                  \
 {                                                                                       \
-    filter_vec in[MAX_POINTS][MAX_POINTS], half[MAX_POINTS][MAX_POINTS];                \
+    double_lanes in[MAX_POINTS][MAX_POINTS], half[MAX_POINTS][MAX_POINTS];              \
     for (Py_ssize_t p = 0; p < size; p++)                                               \
         for (Py_ssize_t q = 0; q < size; q++) {                                         \
             T##_lanes v;                                                                \
             memcpy(&v, grid + (p * size + q) * stride + e, sizeof v);                   \
-            in[p][q] = __builtin_convertvector(v, filter_vec);                          \
+            in[p][q] = __builtin_convertvector(v, double_lanes);                        \
         }                                                                               \
     for (Py_ssize_t a = 0; a < rows; a++)       /* half[a][q] = sum_p mat[a][p] in[p][q] */ \
         for (Py_ssize_t q = 0; q < size; q++) {                                         \
-            filter_vec sum = {0};                                                       \
+            double_lanes sum = {0};                                                     \
             for (Py_ssize_t p = 0; p < size; p++)                                       \
                 sum += mat[a * size + p] * in[p][q];                                    \
             half[a][q] = sum;                                                           \
         }                                                                               \
     for (Py_ssize_t a = 0; a < rows; a++)                                               \
         for (Py_ssize_t b = 0; b < rows; b++) {                                         \
-            filter_vec sum = {0};                                                       \
+            double_lanes sum = {0};                                                     \
             for (Py_ssize_t q = 0; q < size; q++)                                       \
                 sum += mat[b * size + q] * half[a][q];                                  \
             const T##_lanes rounded = __builtin_convertvector(sum, T##_lanes);          \

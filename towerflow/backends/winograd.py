@@ -198,12 +198,12 @@ class WinogradConv:
 
     def over_blocks(self, x, out, workspace, per_block, kept=None, first_image=0):
         """:meth:`__call__` over the images ``x`` in blocks of ``per_block``
-        (``out`` and ``kept`` as there), in one compiled call where it applies
-        (the Python loop cost 8 us per block, under the GIL)."""
-        if workspace[0] is not None and native.winograd_conv(
-                x, self.top, self.left, self.out_h, self.out_w, self.filter, workspace[0],
-                workspace[1], out, per_block, self.algorithm.tile, kept,
-                first_image * self.tiles_per_image):
+        (``out`` and ``kept`` as there; ``workspace`` with its inputs buffer),
+        in one compiled call where it applies (the Python loop cost 8 us per
+        block, under the GIL)."""
+        if native.winograd_conv(x, self.top, self.left, self.out_h, self.out_w, self.filter,
+                                workspace[0], workspace[1], out, per_block,
+                                self.algorithm.tile, kept, first_image * self.tiles_per_image):
             return
         for start in range(0, x.shape[0], per_block):
             stop = min(start + per_block, x.shape[0])
