@@ -12,7 +12,8 @@ NATIVE = "towerflow/backends/"
 setup(ext_modules=[Extension(
     "towerflow.backends._native",
     [NATIVE + name for name in ("_native.c", "native_window.c", "native_winograd.c",
-                                "native_gemm.c", "native_batch_norm.c", "native_updates.c")],
+                                "native_gemm.c", "native_batch_norm.c", "native_updates.c",
+                                "native_parts.c")],
     depends=[NATIVE + "native_common.h"],
     # NOTE: -fno-math-errno lets GCC vectorise sqrt (the optimizer updates'):
     # with errno to set, each sqrt is a scalar call guarded by a branch. The

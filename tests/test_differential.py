@@ -271,8 +271,9 @@ def _counted(function, probe, calls):
 CPU_PATHS, GPU_PATHS = fast_paths.on_device("CPU"), fast_paths.on_device("GPU")
 ALL = tuple(path.name for path in CPU_PATHS)      # all off: the CPU's plain path
 # What each fast path needs on to run at all (Winograd and cache blocks are
-# compiled kernels' paths).
-NEEDS = {"winograd": {"native"}, "cache_blocks": {"native"}}
+# compiled kernels' paths; the C threads run compiled kernels' parts).
+NEEDS = {"winograd": {"native"}, "cache_blocks": {"native"},
+         "c_threads": {"native", "cpu_threads"}}
 
 
 def run_switched(probes, off, *args, **kwargs):

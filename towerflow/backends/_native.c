@@ -20,6 +20,7 @@
  *   native_gemm.c        the register-blocked GEMM and Winograd's 36 GEMMs
  *   native_batch_norm.c  training-mode batch norm (and its fused max pool)
  *   native_updates.c     the optimizer updates
+ *   native_parts.c       run_parts: a kernel's parts on C threads, without the GIL
  *
  * Arrays arrive as C-contiguous buffers (the buffer protocol: no NumPy
  * headers are needed to build this); native.py checks shapes and dtypes,
@@ -202,6 +203,12 @@ static PyMethodDef methods[] = {
      "elements (kinds: gradient descent, momentum, Nesterov, Adam, RMSProp, Adagrad; see "
      "native_updates.c); False, having written nothing, unless all the arrays are C-contiguous "
      "buffers of var's shape and float32 or float64 kind."},
+    /* parallel parts */
+    {"run_parts", py_run_parts, METH_VARARGS,
+     "run_parts(work, count, threads): work(part) for each part with the calls of the "
+     "entry points that record (winograd_conv, winograd_grad_sums, the batch norm ones, "
+     "max_pool, max_pool_grad) recorded, then run with the GIL released, the parts on "
+     "up to `threads` threads, each part's calls in order (see native_parts.c)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -212,5 +219,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
+    if (init_parts() < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "_native: pthread_atfork failed");
+        return NULL;
+    }
     return PyModule_Create(&module);
 }

@@ -74,7 +74,9 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
                 _matmul(xp, block_patches, w2d, product)
             if finish is not None:
                 finish(product, slice(start, stop))
-    _run_parts(parallel, part, parts, n * rows_per_image * depth * width)
+    compiled = fast is not None and finish is None and keep_product and \
+        fast.loops_compiled(x, y, kept)
+    _run_parts(parallel, part, parts, n * rows_per_image * depth * width, compiled)
     return patches, y
 
 
@@ -129,7 +131,7 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
         workspace = conv.workspace(min(per_block, last - first))
         conv.over_blocks(grad[first:last], dx[first:last], workspace,
                          _block_images(first, last, per_block))
-    _run_parts(parallel, part, len(ranges), flops)
+    _run_parts(parallel, part, len(ranges), flops, conv.loops_compiled(grad, dx))
     return dx
 
 
@@ -158,7 +160,7 @@ def winograd_filter_gradient(parallel, kept, grad, algorithm):
         winograd.add_tile_products_over_blocks(kept, grad[first:last], first, workspace,
                                                sums[index], algorithm,
                                                _block_images(first, last, per_block))
-    _run_parts(parallel, part, len(ranges), flops)
+    _run_parts(parallel, part, len(ranges), flops, native.winograd_grad_sums_applies(grad, kept))
     total = sums[0]
     for value in sums[1:]:
         total += value
@@ -218,11 +220,12 @@ def _compiled(done, kernel, dtype):
         raise RuntimeError(f"the compiled {kernel} refused {dtype} blocks")
 
 
-def _run_parts(parallel, part, parts, flops):
-    """``part(i)`` for each part on the pool; one part alone may use several
-    BLAS threads for its GEMMs instead."""
+def _run_parts(parallel, part, parts, flops, compiled=False):
+    """``part(i)`` for each part on the pool (``compiled``: a part only makes
+    one compiled call that records, see cpu_threads.Serial.run_compiled); one
+    part alone may use several BLAS threads for its GEMMs instead."""
     if parts > 1:
-        parallel.run(part, parts)
+        (parallel.run_compiled if compiled else parallel.run)(part, parts)
         return
     with parallel.blas_threads(flops):
         part(0)

@@ -124,8 +124,7 @@ def winograd_conv(x, top, left, out_h, out_w, v, u, m, y, per_block, tile=4, kep
     out_w, O] items); with ``kept`` ([tiles, 36, C]), the transformed inputs
     are copied there too, from tile ``first_tile`` on. False if the compiled
     kernels do not apply (then nothing is written)."""
-    if not (VECTOR_GEMM and accepts(x, v, u, m, y, kept) and x.ndim == 4 and v.ndim == 3
-            and _same_floats(x, v, u, m, y, kept) and vector_columns(v.shape[2], v.dtype)):
+    if not (winograd_conv_applies(x, v, y, kept) and accepts(u, m) and _same_floats(x, u, m)):
         return False
     per_image = -(-out_h // tile) * -(-out_w // tile)
     block_tiles = min(per_block, x.shape[0]) * per_image
@@ -139,14 +138,21 @@ def winograd_conv(x, top, left, out_h, out_w, v, u, m, y, per_block, tile=4, kep
     return True
 
 
+def winograd_conv_applies(x, v, y, kept=None):
+    """Whether :func:`winograd_conv` runs compiled on these arrays (given
+    workspaces ``u`` and ``m`` of x's dtype, C-contiguous, as NumPy makes them)."""
+    return VECTOR_GEMM and accepts(x, v, y, kept) and x.ndim == 4 and v.ndim == 3 \
+        and _same_floats(x, v, y, kept) and vector_columns(v.shape[2], v.dtype)
+
+
 def winograd_grad_sums(grad, u, first_tile, v, sums, per_block, tile=4):
     """sums [36, C, O] += the filter gradient's tile products of the images
     whose output gradient is ``grad`` [n, OH, OW, O], their kept inputs in
     ``u`` [tiles, 36, C] from tile ``first_tile`` on, block after block of
     ``per_block`` images (gradient tiles through ``v``) in one call; False if
     the compiled kernels do not apply (then nothing is written)."""
-    if not (VECTOR_GEMM and accepts(grad, u, v, sums) and grad.ndim == 4 and u.ndim == 3
-            and _same_floats(grad, u, v, sums) and vector_columns(grad.shape[3], grad.dtype)):
+    if not (winograd_grad_sums_applies(grad, u) and accepts(v, sums)
+            and _same_floats(grad, v, sums)):
         return False
     n, out_h, out_w, out_channels = grad.shape
     per_image = -(-out_h // tile) * -(-out_w // tile)
@@ -155,6 +161,13 @@ def winograd_grad_sums(grad, u, first_tile, v, sums, per_block, tile=4):
                                   u.shape[0], tile, out_channels, per_block, True),
                                  grad, u, v.reshape(-1)[:block_values], sums)
     return True
+
+
+def winograd_grad_sums_applies(grad, u):
+    """Whether :func:`winograd_grad_sums` runs compiled on these arrays (given
+    ``v`` and ``sums`` of grad's dtype, C-contiguous, as NumPy makes them)."""
+    return VECTOR_GEMM and accepts(grad, u) and grad.ndim == 4 and u.ndim == 3 \
+        and _same_floats(grad, u) and vector_columns(grad.shape[3], grad.dtype)
 
 
 def winograd_filter(matrix, grid, out):
@@ -303,6 +316,21 @@ def batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx):
 def batch_norm_pool(geometry, x, coefficients, out, code):
     """MaxPool (tiled windows) of relu((x - mean) * gain + offset) into ``out``, ``code``."""
     _compiled.batch_norm_pool(geometry, x, coefficients, out, code)
+
+
+# -- parallel parts (native_parts.c) ------------------------------------------------------
+
+
+def run_parts(work, count, threads):
+    """``work(part)`` for each of ``count`` parts on this thread, the calls it
+    makes to the kernels that record (winograd_conv, winograd_grad_sums, the
+    batch norm kernels, max_pool, max_pool_grad) recorded; then those calls
+    run with the GIL released, the parts spread over up to ``threads``
+    threads, each part's calls in order, and this returns when all have run.
+    A part must not read what its calls write, nor run NumPy work on their
+    arrays (see cpu_threads.Serial.run_compiled); a kernel that cannot record
+    called from a part raises RuntimeError."""
+    _compiled.run_parts(work, count, threads)
 
 
 # -- optimizer updates (see native_updates.py) -------------------------------------------

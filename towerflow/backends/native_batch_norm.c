@@ -246,6 +246,21 @@ static int read_rows(PyObject *shape, Py_ssize_t *rows, Py_ssize_t *channels,
     return 0;
 }
 
+/* The entry points below record under run_parts (native_parts.c). */
+
+typedef struct {
+    Task task;
+    char kind;
+    void *x, *shift, *grad, *relu, *partials;
+    SumsGeometry g;
+} SumsCall;
+
+static void run_batch_norm_sums(Task *task)
+{
+    SumsCall *c = (SumsCall *)task;
+    BY_KIND(c->kind, batch_norm_sums, c->x, c->shift, c->grad, c->relu, c->partials, &c->g);
+}
+
 PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -263,21 +278,38 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t blocks = g.block_rows ? (g.rows + g.block_rows - 1) / g.block_rows : 0;
-    Views views = {.held = 0};
-    void *x, *shift, *grad, *relu, *partials;
-    if (take(&views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
-        || take(&views, shift_obj, 0, kind, SIZES(g.channels), "shift", &shift) < 0
-        || take(&views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
-        || take(&views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
-                &relu) < 0
-        || take(&views, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
-                &partials) < 0) {
-        release_all(&views);
+    SumsCall *call = new_task(sizeof *call, run_batch_norm_sums);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0
+        || take(views, shift_obj, 0, kind, SIZES(g.channels), "shift", &call->shift) < 0
+        || take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad",
+                &call->grad) < 0
+        || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+                &call->relu) < 0
+        || take(views, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
+                &call->partials) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, batch_norm_sums, x, shift, grad, relu, partials, &g);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->g = g;
+    return submit(&call->task);
+}
+
+typedef struct {
+    Task task;
+    char kind;
+    int relu;
+    void *x, *coefficients, *y;
+    ApplyGeometry g;
+} ApplyCall;
+
+static void run_batch_norm_apply(Task *task)
+{
+    ApplyCall *c = (ApplyCall *)task;
+    BY_KIND(c->kind, batch_norm_apply, c->x, c->coefficients, c->y, c->relu, &c->g);
 }
 
 PyObject *py_batch_norm_apply(PyObject *self, PyObject *args)
@@ -293,18 +325,35 @@ PyObject *py_batch_norm_apply(PyObject *self, PyObject *args)
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *x, *coefficients, *y;
-    if (take(&views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
-        || take(&views, coefficients_obj, 0, kind, SIZES(3, g.channels), "coefficients",
-                &coefficients) < 0
-        || take(&views, y_obj, 1, kind, SIZES(g.rows, g.channels), "y", &y) < 0) {
-        release_all(&views);
+    ApplyCall *call = new_task(sizeof *call, run_batch_norm_apply);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0
+        || take(views, coefficients_obj, 0, kind, SIZES(3, g.channels), "coefficients",
+                &call->coefficients) < 0
+        || take(views, y_obj, 1, kind, SIZES(g.rows, g.channels), "y", &call->y) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, batch_norm_apply, x, coefficients, y, relu, &g);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->relu = relu;
+    call->g = g;
+    return submit(&call->task);
+}
+
+typedef struct {
+    Task task;
+    char kind;
+    void *grad, *relu, *x, *coefficients, *dx;
+    ApplyGeometry g;
+} GradApplyCall;
+
+static void run_batch_norm_grad_apply(Task *task)
+{
+    GradApplyCall *c = (GradApplyCall *)task;
+    BY_KIND(c->kind, batch_norm_grad_apply, c->grad, c->relu, c->x, c->coefficients, c->dx,
+            &c->g);
 }
 
 PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
@@ -319,21 +368,36 @@ PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *grad, *relu, *x, *coefficients, *dx;
-    if (take(&views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &grad) < 0
-        || take(&views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
-                &relu) < 0
-        || take(&views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &x) < 0
-        || take(&views, coefficients_obj, 0, kind, SIZES(4, g.channels), "coefficients",
-                &coefficients) < 0
-        || take(&views, dx_obj, 1, kind, SIZES(g.rows, g.channels), "dx", &dx) < 0) {
-        release_all(&views);
+    GradApplyCall *call = new_task(sizeof *call, run_batch_norm_grad_apply);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &call->grad) < 0
+        || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+                &call->relu) < 0
+        || take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0
+        || take(views, coefficients_obj, 0, kind, SIZES(4, g.channels), "coefficients",
+                &call->coefficients) < 0
+        || take(views, dx_obj, 1, kind, SIZES(g.rows, g.channels), "dx", &call->dx) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, batch_norm_grad_apply, grad, relu, x, coefficients, dx, &g);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->g = g;
+    return submit(&call->task);
+}
+
+typedef struct {
+    Task task;
+    char kind;
+    void *x, *coefficients, *out, *code;
+    Geometry g;
+} BatchNormPoolCall;
+
+static void run_batch_norm_pool(Task *task)
+{
+    BatchNormPoolCall *c = (BatchNormPoolCall *)task;
+    BY_KIND(c->kind, batch_norm_pool, c->x, c->coefficients, c->out, c->code, &c->g);
 }
 
 PyObject *py_batch_norm_pool(PyObject *self, PyObject *args)
@@ -348,19 +412,22 @@ PyObject *py_batch_norm_pool(PyObject *self, PyObject *args)
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *x, *coefficients, *out, *code;
-    if (take(&views, x_obj, 0, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
-        || take(&views, coefficients_obj, 0, kind, SIZES(3, g.c), "coefficients",
-                &coefficients) < 0
-        || take(&views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &out) < 0
-        || take(&views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &code) < 0) {
-        release_all(&views);
+    BatchNormPoolCall *call = new_task(sizeof *call, run_batch_norm_pool);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, x_obj, 0, kind, SIZES(g.n, g.h, g.w, g.c), "x", &call->x) < 0
+        || take(views, coefficients_obj, 0, kind, SIZES(3, g.c), "coefficients",
+                &call->coefficients) < 0
+        || take(views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &call->out) < 0
+        || take(views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code",
+                &call->code) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, batch_norm_pool, x, coefficients, out, code, &g);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->g = g;
+    return submit(&call->task);
 }
 
 /* == end of training-mode batch norm ============================================= */

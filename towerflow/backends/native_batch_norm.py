@@ -96,7 +96,7 @@ def batch_norm_relu_pool_training(x, scale, offset, epsilon, lay, parallel=SERIA
         native.batch_norm_pool(geometry, x[start:stop], coefficients, pooled[start:stop],
                                winners[start:stop])
     parts = parallel.parts(count, x.size)
-    parallel.run(pool_images, parts)
+    parallel.run_compiled(pool_images, parts)
     return (pooled, winners) + statistics
 
 
@@ -155,7 +155,7 @@ def _sums(rows2d, shift, grad2d, relu2d, parallel):
         first, stop = blocks * part // parts, blocks * (part + 1) // parts
         native.batch_norm_sums((count, channels, per_block, first, stop), rows2d, shift,
                                grad2d, relu2d, partials)
-    parallel.run(add_blocks, parts)
+    parallel.run_compiled(add_blocks, parts)
     # NOTE: a reduction over the leading axis adds the blocks one after
     # another, in order (no pairwise regrouping that could depend on threads).
     return partials.sum(axis=0)
@@ -168,7 +168,7 @@ def _over_rows(parallel, rows2d, apply):
 
     def rows_of(part):
         apply((count, channels, count * part // parts, count * (part + 1) // parts))
-    parallel.run(rows_of, parts)
+    parallel.run_compiled(rows_of, parts)
 
 
 # -- the kernel table ------------------------------------------------------------------

@@ -64,17 +64,34 @@ typedef struct {
     int held;
 } Views;
 
-/* name_f32(...) or name_f64(...) for buffers of kind 'f' or 'd', with the GIL
- * released: how every entry point runs its kernel once it holds the views. */
-#define RUN_WITHOUT_GIL(kind, name, ...)                                                \
+/* name_f32(...) or name_f64(...) for buffers of kind 'f' or 'd'. */
+#define BY_KIND(kind, name, ...)                                                        \
     do {                                                                                \
-        Py_BEGIN_ALLOW_THREADS                                                          \
         if ((kind) == 'f')                                                              \
             name##_f32(__VA_ARGS__);                                                    \
         else                                                                            \
             name##_f64(__VA_ARGS__);                                                    \
+    } while (0)
+
+/* BY_KIND with the GIL released, at once: how the entry points that do not
+ * record (see native_parts.c) run their kernel once they hold the views. */
+#define RUN_WITHOUT_GIL(kind, name, ...)                                                \
+    do {                                                                                \
+        note_immediate_run(#name);                                                      \
+        Py_BEGIN_ALLOW_THREADS                                                          \
+        BY_KIND(kind, name, __VA_ARGS__);                                               \
         Py_END_ALLOW_THREADS                                                            \
     } while (0)
+
+/* A kernel call whose arguments are parsed and whose buffers are held: run at
+ * once, or recorded for run_parts (native_parts.c). An entry point that
+ * records puts a Task first in a struct of its kernel's arguments. */
+typedef struct Task Task;
+struct Task {
+    void (*run)(Task *task);   /* the kernel, called without the GIL */
+    Task *next;                /* the part's next call */
+    Views views;               /* held until the call has run */
+};
 
 /* The sizes whose product is a buffer's item count: SIZES(n, h, w, c). */
 #define SIZES(...) (const Py_ssize_t[]){__VA_ARGS__}, \
@@ -100,6 +117,20 @@ NATIVE_HIDDEN int take(Views *views, PyObject *obj, int writable, char kind,
                        const Py_ssize_t *sizes, int count, const char *name, void **data);
 NATIVE_HIDDEN char float_kind(PyObject *obj, const char *name);
 NATIVE_HIDDEN int read_geometry(PyObject *shape, Geometry *g);
+
+/* -- calls recorded for run_parts (native_parts.c) ------------------------------------ */
+
+/* A zeroed call struct of `size` bytes (a Task first); NULL with MemoryError. */
+NATIVE_HIDDEN void *new_task(size_t size, void (*run)(Task *task));
+/* Run the call now (GIL released), or record it into the part being recorded on
+ * this thread; either way the task is the callee's: a new reference to None. */
+NATIVE_HIDDEN PyObject *submit(Task *task);
+/* Release the views and free a call that will not run (an argument error). */
+NATIVE_HIDDEN void discard(Task *task);
+/* RUN_WITHOUT_GIL's: a kernel that cannot record ran while this thread records. */
+NATIVE_HIDDEN void note_immediate_run(const char *name);
+/* The fork handler of the pool; 0, or -1 if it could not be registered. */
+NATIVE_HIDDEN int init_parts(void);
 
 /* -- kernels shared across files --------------------------------------------------- */
 
@@ -133,5 +164,7 @@ NATIVE_HIDDEN PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
 NATIVE_HIDDEN PyObject *py_batch_norm_pool(PyObject *self, PyObject *args);
 /* native_updates.c */
 NATIVE_HIDDEN PyObject *py_apply_update(PyObject *self, PyObject *args);
+/* native_parts.c */
+NATIVE_HIDDEN PyObject *py_run_parts(PyObject *self, PyObject *args);
 
 #endif

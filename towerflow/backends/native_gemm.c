@@ -547,6 +547,7 @@ PyObject *py_gemm(PyObject *self, PyObject *args)
         return NULL;
     }
     int status = 0;
+    note_immediate_run("gemm");
     Py_BEGIN_ALLOW_THREADS
     if (kind == 'f')
         RUN_GEMM(float, f32, 16, g, a, b, c, status);

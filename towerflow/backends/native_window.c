@@ -198,6 +198,22 @@ static void col2im_##SUFFIX(const T *restrict patches, T *restrict dx,          
 DEFINE_COL2IM(float, f32)
 DEFINE_COL2IM(double, f64)
 
+/* max_pool and max_pool_grad record under run_parts (native_parts.c). */
+
+typedef struct {
+    Task task;
+    char kind;
+    int relu;
+    void *x, *bias, *out, *code;
+    Geometry g;
+} MaxPoolCall;
+
+static void run_max_pool(Task *task)
+{
+    MaxPoolCall *c = (MaxPoolCall *)task;
+    BY_KIND(c->kind, max_pool, c->x, c->bias, c->out, c->code, c->relu, &c->g);
+}
+
 PyObject *py_max_pool(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -211,18 +227,36 @@ PyObject *py_max_pool(PyObject *self, PyObject *args)
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *x, *bias, *out, *code;
-    if (take(&views, x_obj, bias_obj != Py_None, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
-        || take(&views, bias_obj, 0, kind, SIZES(g.c), "bias", &bias) < 0
-        || take(&views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &out) < 0
-        || take(&views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &code) < 0) {
-        release_all(&views);
+    MaxPoolCall *call = new_task(sizeof *call, run_max_pool);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, x_obj, bias_obj != Py_None, kind, SIZES(g.n, g.h, g.w, g.c), "x",
+             &call->x) < 0
+        || take(views, bias_obj, 0, kind, SIZES(g.c), "bias", &call->bias) < 0
+        || take(views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &call->out) < 0
+        || take(views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code",
+                &call->code) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, max_pool, x, bias, out, code, relu, &g);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->relu = relu;
+    call->g = g;
+    return submit(&call->task);
+}
+
+typedef struct {
+    Task task;
+    char kind;
+    void *code, *grad, *pooled, *dx;
+    Geometry g;
+} MaxPoolGradCall;
+
+static void run_max_pool_grad(Task *task)
+{
+    MaxPoolGradCall *c = (MaxPoolGradCall *)task;
+    BY_KIND(c->kind, max_pool_grad, c->code, c->grad, c->pooled, c->dx, &c->g);
 }
 
 PyObject *py_max_pool_grad(PyObject *self, PyObject *args)
@@ -237,19 +271,22 @@ PyObject *py_max_pool_grad(PyObject *self, PyObject *args)
     char kind = float_kind(dx_obj, "dx");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *code, *grad, *pooled, *dx;
-    if (take(&views, code_obj, 0, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &code) < 0
-        || take(&views, grad_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "grad", &grad) < 0
-        || take(&views, pooled_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "pooled",
-                &pooled) < 0
-        || take(&views, dx_obj, 1, kind, SIZES(g.n, g.h, g.w, g.c), "dx", &dx) < 0) {
-        release_all(&views);
+    MaxPoolGradCall *call = new_task(sizeof *call, run_max_pool_grad);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, code_obj, 0, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &call->code) < 0
+        || take(views, grad_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "grad",
+                &call->grad) < 0
+        || take(views, pooled_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "pooled",
+                &call->pooled) < 0
+        || take(views, dx_obj, 1, kind, SIZES(g.n, g.h, g.w, g.c), "dx", &call->dx) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, max_pool_grad, code, grad, pooled, dx, &g);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->g = g;
+    return submit(&call->task);
 }
 
 /* im2col (forward) or col2im (not forward): the two directions between an

@@ -385,9 +385,23 @@ static int read_part_blocks(PyObject *shape, PartBlocks *b, char kind)
     return 0;
 }
 
+typedef struct {
+    Task task;
+    char kind;
+    void *x, *v, *u, *m, *y, *kept;
+    PartBlocks b;
+} WinogradConvCall;
+
+static void run_winograd_conv(Task *task)
+{
+    WinogradConvCall *c = (WinogradConvCall *)task;
+    BY_KIND(c->kind, winograd_conv, c->x, c->v, c->u, c->m, c->y, c->kept, &c->b);
+}
+
 /* winograd_conv(geometry, x, v, u, m, y, kept): see winograd_conv_f32 and
  * read_part_blocks (plane_tiles: the kept array's; a block's without it); u and m
- * hold a block's transformed inputs and products; kept None unless kept. */
+ * hold a block's transformed inputs and products; kept None unless kept. Records
+ * under run_parts. */
 PyObject *py_winograd_conv(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -406,26 +420,41 @@ PyObject *py_winograd_conv(PyObject *self, PyObject *args)
                         "and no kept array without them");
         return NULL;
     }
-    Views views = {.held = 0};
-    void *x, *v, *u, *m, *y, *kept;
-    if (take(&views, x_obj, 0, kind, SIZES(g->n, g->h, g->w, g->c), "x", &x) < 0
-        || take(&views, v_obj, 0, kind, SIZES(36, g->c, b.o), "v", &v) < 0
-        || take(&views, u_obj, 1, kind, SIZES(block_tiles, 36, g->c), "u", &u) < 0
-        || take(&views, m_obj, 1, kind, SIZES(block_tiles, 36, b.o), "m", &m) < 0
-        || take(&views, y_obj, 1, kind, SIZES(g->n, g->oh, g->ow, b.o), "y", &y) < 0
-        || take(&views, kept_obj, 1, kind, SIZES(g->plane_tiles, 36, g->c), "kept",
-                &kept) < 0) {
-        release_all(&views);
+    WinogradConvCall *call = new_task(sizeof *call, run_winograd_conv);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, x_obj, 0, kind, SIZES(g->n, g->h, g->w, g->c), "x", &call->x) < 0
+        || take(views, v_obj, 0, kind, SIZES(36, g->c, b.o), "v", &call->v) < 0
+        || take(views, u_obj, 1, kind, SIZES(block_tiles, 36, g->c), "u", &call->u) < 0
+        || take(views, m_obj, 1, kind, SIZES(block_tiles, 36, b.o), "m", &call->m) < 0
+        || take(views, y_obj, 1, kind, SIZES(g->n, g->oh, g->ow, b.o), "y", &call->y) < 0
+        || take(views, kept_obj, 1, kind, SIZES(g->plane_tiles, 36, g->c), "kept",
+                &call->kept) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, winograd_conv, x, v, u, m, y, kept, &b);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->b = b;
+    return submit(&call->task);
+}
+
+typedef struct {
+    Task task;
+    char kind;
+    void *grad, *u, *v, *sums;
+    PartBlocks b;
+} WinogradGradSumsCall;
+
+static void run_winograd_grad_sums(Task *task)
+{
+    WinogradGradSumsCall *c = (WinogradGradSumsCall *)task;
+    BY_KIND(c->kind, winograd_grad_sums, c->grad, c->u, c->v, c->sums, &c->b);
 }
 
 /* winograd_grad_sums(geometry, grad, u, v, sums): see winograd_grad_sums_f32 and
  * read_part_blocks (h, w, top and left unused; kept true); v holds a block's
- * gradient tiles. */
+ * gradient tiles. Records under run_parts. */
 PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -443,18 +472,21 @@ PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args)
         return NULL;
     }
     const Py_ssize_t block_tiles = (b.block < g->n ? b.block : g->n) * PER_IMAGE(g);
-    Views views = {.held = 0};
-    void *grad, *u, *v, *sums;
-    if (take(&views, grad_obj, 0, kind, SIZES(g->n, g->oh, g->ow, b.o), "grad", &grad) < 0
-        || take(&views, u_obj, 0, kind, SIZES(g->plane_tiles, 36, g->c), "u", &u) < 0
-        || take(&views, v_obj, 1, kind, SIZES(block_tiles, 36, b.o), "v", &v) < 0
-        || take(&views, sums_obj, 1, kind, SIZES(36, g->c, b.o), "sums", &sums) < 0) {
-        release_all(&views);
+    WinogradGradSumsCall *call = new_task(sizeof *call, run_winograd_grad_sums);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, grad_obj, 0, kind, SIZES(g->n, g->oh, g->ow, b.o), "grad",
+             &call->grad) < 0
+        || take(views, u_obj, 0, kind, SIZES(g->plane_tiles, 36, g->c), "u", &call->u) < 0
+        || take(views, v_obj, 1, kind, SIZES(block_tiles, 36, b.o), "v", &call->v) < 0
+        || take(views, sums_obj, 1, kind, SIZES(36, g->c, b.o), "sums", &call->sums) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, winograd_grad_sums, grad, u, v, sums, &b);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->b = b;
+    return submit(&call->task);
 }
 
 /* -- the filter transforms ------------------------------------------------------------ */

@@ -9,7 +9,6 @@ from . import native, output_used
 from .cpu_threads import split
 from .window_geometry import _add_into, _layout_maker
 
-
 # -- pooling -------------------------------------------------------------------------
 
 
@@ -95,14 +94,17 @@ def _reduce_taps(xp, ufunc, x, lay, fill):
     return out
 
 
-def _by_images(xp, parallel, n, elements, work):
-    """``work(start, stop)`` over ranges of the batch's images, one per worker."""
+def _by_images(xp, parallel, n, elements, work, compiled=False):
+    """``work(start, stop)`` over ranges of the batch's images, one per worker;
+    ``compiled``: each range only calls a compiled kernel (see
+    cpu_threads.Serial.run_compiled)."""
     parts = parallel.parts(n, elements)
     if parts == 1:
         work(0, n)
         return
     ranges = split(n, parts)
-    parallel.run(lambda index: work(*ranges[index]), parts)
+    run = parallel.run_compiled if compiled else parallel.run
+    run(lambda index: work(*ranges[index]), parts)
 
 
 def _max_pool_with_winner(xp, parallel, x, lay, lowest):
@@ -225,7 +227,7 @@ def _max_pool_grad(xp, parallel, x, code, grad, lay, relu_output=None):
     if native.max_pool_grad_applies(code, grad, lay, dx, relu_output):
         _by_images(xp, parallel, x.shape[0], x.size, lambda start, stop: native.max_pool_grad(
             code[start:stop], grad[start:stop], lay, dx[start:stop],
-            None if relu_output is None else relu_output[start:stop]))
+            None if relu_output is None else relu_output[start:stop]), compiled=True)
         return dx
     exact_cover = lay.tiles and (lay.out_h * lay.window[0], lay.out_w * lay.window[1]) == \
         tuple(x.shape[1:3])

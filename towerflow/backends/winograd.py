@@ -196,6 +196,11 @@ class WinogradConv:
         _ran(native.winograd_output(products, (n, self.out_h, self.out_w, self.out_channels),
                                     out, tile), "output", out)
 
+    def loops_compiled(self, x, out, kept=None):
+        """Whether :meth:`over_blocks` makes one compiled call (which records
+        under cpu_threads' run_compiled) for these arrays."""
+        return native.winograd_conv_applies(x, self.filter, out, kept)
+
     def over_blocks(self, x, out, workspace, per_block, kept=None, first_image=0):
         """:meth:`__call__` over the images ``x`` in blocks of ``per_block``
         (``out`` and ``kept`` as there; ``workspace`` with its inputs buffer),

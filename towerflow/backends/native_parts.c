@@ -1,0 +1,364 @@
+/* Parallel parts without the GIL: run_parts and its pool of C threads.
+ *
+ * The CPU pool (cpu_threads.py) hands each part of a kernel to a Python
+ * thread, which takes the GIL to run the part's few lines of Python before
+ * the compiled call releases it again. On the 2-core VM every such hand-off
+ * (a thread blocked on the GIL or on a queue is woken through the
+ * hypervisor) cost about 50 us: 52 of them in a cifar10 step of 27 ms at
+ * batch 64. Here the calling thread runs every part's Python itself, with
+ * the compiled calls *recorded* instead of run (each entry point that
+ * accepts this parses its arguments, holds its buffers and hands a Task to
+ * submit()); then it releases the GIL once, and the parts' recorded calls
+ * run on it and on C threads that never take the GIL, spinning a short while
+ * between jobs (a part handed to a spinning thread costs under 1 us).
+ *
+ * A part's calls run in the order they were recorded, on one thread. So a
+ * part may only *prepare* work: compute arguments, allocate arrays, and call
+ * entry points that record; it must not read what its recorded calls write
+ * (they have not run yet). An entry point that cannot record (its
+ * RUN_WITHOUT_GIL runs at once) makes run_parts raise RuntimeError: its
+ * values could be read or overwritten out of order. NumPy work in a part
+ * cannot be detected: the callers (cpu_threads.WorkerPool.run_compiled)
+ * promise there is none.
+ */
+#include "native_common.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define HAVE_FUTEX 1
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* How long a C thread spins for the next job before it sleeps: long enough to
+ * cover the Python between two kernels of a step (tens of microseconds), short
+ * enough to give its core back soon to a data-loading thread. Waking a
+ * sleeping thread costs 25-70 us here (measured in a 2-core VM). */
+#define SPIN_NS 200000L
+/* The most C threads (beside the caller's) the pool starts. */
+#define MAX_HELPERS 255
+
+/* == recording (only ever touched with the GIL held) ================================== */
+
+static struct {
+    int active;
+    unsigned long thread;   /* the recording thread's PyThread_get_thread_ident() */
+    Task **heads, **tails;  /* each part's calls, in order */
+    Py_ssize_t part;        /* the part being recorded */
+    long immediate;         /* calls that ran at once while recording */
+    const char *first_immediate;
+} recording;
+
+static int recording_here(void)
+{
+    return recording.active && recording.thread == PyThread_get_thread_ident();
+}
+
+void *new_task(size_t size, void (*run)(Task *))
+{
+    Task *task = PyMem_Calloc(1, size);
+    if (!task) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    task->run = run;
+    return task;
+}
+
+void discard(Task *task)
+{
+    release_all(&task->views);
+    PyMem_Free(task);
+}
+
+PyObject *submit(Task *task)
+{
+    if (recording_here()) {
+        Py_ssize_t part = recording.part;
+        if (recording.tails[part])
+            recording.tails[part]->next = task;
+        else
+            recording.heads[part] = task;
+        recording.tails[part] = task;
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    task->run(task);
+    Py_END_ALLOW_THREADS
+    discard(task);
+    Py_RETURN_NONE;
+}
+
+void note_immediate_run(const char *name)
+{
+    if (recording_here() && recording.immediate++ == 0)
+        recording.first_immediate = name;
+}
+
+static void discard_parts(Task **heads, Py_ssize_t count)
+{
+    for (Py_ssize_t part = 0; part < count; part++) {
+        Task *task = heads[part];
+        while (task) {
+            Task *next = task->next;
+            discard(task);
+            task = next;
+        }
+    }
+}
+
+/* == the pool ========================================================================== */
+
+/* One job at a time (pool_busy). Its parts are claimed by the caller and the
+ * helpers alike, so a stalled thread holds up one part only. A claim is a
+ * compare-and-swap of (job number, next part) in one word: a helper late
+ * from the last job fails it, instead of taking a part of the next job that
+ * is also claimed by another thread. */
+static struct {
+    Task **parts;
+    _Atomic Py_ssize_t count;
+    _Atomic uint64_t claims;     /* job number << 32 | the next unclaimed part */
+    _Atomic int done;            /* parts finished (an int: the caller's futex) */
+    _Atomic int caller_sleeps;
+} job;
+
+static _Atomic int job_seq;          /* the job number, once its parts may be claimed */
+static _Atomic int helpers_asleep;
+static _Atomic int pool_busy;
+static int helpers_started;          /* changed under the GIL only */
+
+static long elapsed_ns(const struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - since->tv_sec) * 1000000000L + (now.tv_nsec - since->tv_nsec);
+}
+
+static void futex_wait(_Atomic int *address, int value)
+{
+#ifdef HAVE_FUTEX
+    syscall(SYS_futex, (int *)address, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+#else
+    (void)address, (void)value;
+    sched_yield();
+#endif
+}
+
+static void futex_wake(_Atomic int *address)
+{
+#ifdef HAVE_FUTEX
+    syscall(SYS_futex, (int *)address, FUTEX_WAKE_PRIVATE, MAX_HELPERS + 1, NULL, NULL, 0);
+#else
+    (void)address;
+#endif
+}
+
+/* Spin until *address differs from value, then sleep on it (sleepers counts the
+ * sleeping threads, so that the changer knows to wake them). */
+static void wait_for_change(_Atomic int *address, int value, _Atomic int *sleepers)
+{
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (unsigned spins = 1; atomic_load(address) == value; spins++) {
+        CPU_RELAX();
+        if (spins % 256 == 0 && elapsed_ns(&start) > SPIN_NS) {
+            atomic_fetch_add(sleepers, 1);
+            while (atomic_load(address) == value)
+                futex_wait(address, value);
+            atomic_fetch_sub(sleepers, 1);
+            return;
+        }
+    }
+}
+
+static void run_claimed_parts(uint32_t number)
+{
+    for (;;) {
+        uint64_t claims = atomic_load(&job.claims);
+        Py_ssize_t part = (Py_ssize_t)(uint32_t)claims, count = atomic_load(&job.count);
+        if ((uint32_t)(claims >> 32) != number || part >= count)
+            return;
+        if (!atomic_compare_exchange_weak(&job.claims, &claims, claims + 1))
+            continue;
+        for (Task *task = job.parts[part]; task; task = task->next)
+            task->run(task);
+        if (atomic_fetch_add(&job.done, 1) + 1 == count && atomic_load(&job.caller_sleeps))
+            futex_wake(&job.done);
+    }
+}
+
+static void *serve(void *unused)
+{
+    (void)unused;
+    int seen = atomic_load(&job_seq);
+    for (;;) {
+        wait_for_change(&job_seq, seen, &helpers_asleep);
+        seen = atomic_load(&job_seq);
+        run_claimed_parts((uint32_t)seen);
+    }
+    return NULL;
+}
+
+static int start_helpers(int wanted)
+{
+    if (wanted > MAX_HELPERS)
+        wanted = MAX_HELPERS;
+    while (helpers_started < wanted) {
+        pthread_attr_t attributes;
+        pthread_t thread;
+        pthread_attr_init(&attributes);
+        pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+        int failed = pthread_create(&thread, &attributes, serve, NULL);
+        pthread_attr_destroy(&attributes);
+        if (failed)
+            break;
+        helpers_started++;
+    }
+    return helpers_started;
+}
+
+/* Every part's calls, on the caller and the helpers; back when all have run. */
+static void run_job(Task **parts, Py_ssize_t count)
+{
+    const uint32_t number = (uint32_t)atomic_load(&job_seq) + 1;
+    job.parts = parts;
+    atomic_store(&job.count, count);
+    atomic_store(&job.done, 0);
+    atomic_store(&job.caller_sleeps, 0);
+    atomic_store(&job.claims, (uint64_t)number << 32);
+    atomic_store(&job_seq, (int)number);
+    if (atomic_load(&helpers_asleep))
+        futex_wake(&job_seq);
+    run_claimed_parts(number);
+    int done = atomic_load(&job.done);
+    if (done < count) {
+        struct timespec start;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        for (unsigned spins = 1; (done = atomic_load(&job.done)) < count; spins++) {
+            CPU_RELAX();
+            if (spins % 256 == 0 && elapsed_ns(&start) > SPIN_NS) {
+                atomic_store(&job.caller_sleeps, 1);
+                while ((done = atomic_load(&job.done)) < count)
+                    futex_wait(&job.done, done);
+                break;
+            }
+        }
+    }
+}
+
+static void run_serially(Task **parts, Py_ssize_t count)
+{
+    for (Py_ssize_t part = 0; part < count; part++)
+        for (Task *task = parts[part]; task; task = task->next)
+            task->run(task);
+}
+
+static void forget_pool_after_fork(void)
+{
+    /* threads do not survive fork: the child starts its own on its first job */
+    helpers_started = 0;
+    atomic_store(&helpers_asleep, 0);
+    atomic_store(&pool_busy, 0);
+    recording.active = 0;
+}
+
+int init_parts(void)
+{
+    return pthread_atfork(NULL, NULL, forget_pool_after_fork) == 0 ? 0 : -1;
+}
+
+/* == run_parts ========================================================================= */
+
+static int call_part(PyObject *work, Py_ssize_t part)
+{
+    PyObject *result = PyObject_CallFunction(work, "n", part);
+    if (!result)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+static PyObject *record_and_run(PyObject *work, Py_ssize_t count, int threads)
+{
+    Task **heads = PyMem_Calloc((size_t)count, sizeof(Task *));
+    Task **tails = PyMem_Calloc((size_t)count, sizeof(Task *));
+    if (!heads || !tails) {
+        PyMem_Free(heads);
+        PyMem_Free(tails);
+        return PyErr_NoMemory();
+    }
+    recording.active = 1;
+    recording.thread = PyThread_get_thread_ident();
+    recording.heads = heads;
+    recording.tails = tails;
+    recording.immediate = 0;
+    int failed = 0;
+    for (Py_ssize_t part = 0; part < count && !failed; part++) {
+        recording.part = part;
+        failed = call_part(work, part) < 0;
+        if (!failed && recording.immediate) {
+            PyErr_Format(PyExc_RuntimeError, "run_parts: part %zd called %s, which runs at "
+                         "once instead of recording: parts may only call the kernels that "
+                         "record (see native_parts.c)", part, recording.first_immediate);
+            failed = 1;
+        }
+    }
+    recording.active = 0;
+    if (!failed) {
+        int helpers = threads > 1 && count > 1 && !atomic_exchange(&pool_busy, 1)
+                      ? start_helpers(threads - 1) : 0;
+        Py_BEGIN_ALLOW_THREADS
+        if (helpers > 0)
+            run_job(heads, count);
+        else
+            run_serially(heads, count);
+        Py_END_ALLOW_THREADS
+        if (helpers > 0)
+            atomic_store(&pool_busy, 0);
+    }
+    discard_parts(heads, count);
+    PyMem_Free(heads);
+    PyMem_Free(tails);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* run_parts(work, count, threads): see the top of this file. */
+PyObject *py_run_parts(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *work;
+    Py_ssize_t count;
+    int threads;
+    if (!PyArg_ParseTuple(args, "Oni:run_parts", &work, &count, &threads))
+        return NULL;
+    if (count < 0 || count > INT32_MAX || threads < 1) {
+        PyErr_Format(PyExc_ValueError, "run_parts: expected 0 <= count < 2**31 and "
+                     "threads >= 1, got count %zd and threads %d", count, threads);
+        return NULL;
+    }
+    if (recording.active) {
+        /* nested in a part being recorded (its calls join that part, in order), or
+         * called from another Python thread meanwhile (its calls run at once) */
+        for (Py_ssize_t part = 0; part < count; part++)
+            if (call_part(work, part) < 0)
+                return NULL;
+        Py_RETURN_NONE;
+    }
+    if (count == 0)
+        Py_RETURN_NONE;
+    return record_and_run(work, count, threads);
+}
