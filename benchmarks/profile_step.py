@@ -15,6 +15,9 @@ benchmarks/mnist_cnn_cpu.py (5x5 convolutions).
 Timing each kernel adds a few microseconds per op; the step total printed
 first is measured without it. ``cores`` is the op's CPU time over its wall
 time (all threads): near 1, it ran on one core while the others waited.
+The pool's C threads spin for a while after each kernel (see
+towerflow/backends/native_parts.c) and that counts as busy too: run with
+TOWERFLOW_C_THREADS=0 to see which ops leave cores idle.
 """
 
 import argparse

@@ -289,6 +289,21 @@ def test_the_filter_transform_is_the_same_compiled_or_in_numpy(monkeypatch):
     assert (compiled != numpy_made).mean() < 0.01
 
 
+def test_the_filter_transform_in_parts_gives_the_whole_transforms_bits(monkeypatch):
+    # parts of whole 64-pair blocks (and a ragged last one) on the pool's threads
+    monkeypatch.setattr(cpu_threads, "MIN_PARALLEL_ELEMENTS", 1)
+    g = winograd.ALGORITHMS[3].transform
+    grid = np.random.default_rng(5).standard_normal((3, 3, 1000)).astype(np.float32)
+    whole = winograd._both_axes(g, grid)
+    for workers in (2, 3):
+        split = winograd._both_axes(g, grid, cpu_threads.WorkerPool(workers))
+        np.testing.assert_array_equal(split.view(np.uint32), whole.view(np.uint32))
+    out = np.full((6, 6, 1000), np.nan, np.float32)
+    assert native.winograd_filter(g, grid, out, 64, 200)    # only pairs 64..199 written
+    np.testing.assert_array_equal(out[:, :, 64:200], whole[:, :, 64:200])
+    assert np.isnan(out[:, :, :64]).all() and np.isnan(out[:, :, 200:]).all()
+
+
 def test_the_filter_transform_keeps_nan_and_refuses_bad_shapes():
     g = winograd.ALGORITHMS[3].transform
     grid = np.zeros((3, 3, 9), np.float32)
@@ -299,9 +314,13 @@ def test_the_filter_transform_keeps_nan_and_refuses_bad_shapes():
     with pytest.raises(ValueError, match="out: expected 288 items"):     # 6 * 6 * 8
         native.winograd_filter(g, np.zeros((3, 3, 8), np.float32), out)
     with pytest.raises(ValueError, match="grid: expected 81 items"):     # 3 * 3 * 9
-        native._compiled.winograd_filter((6, 3, 9), g, np.zeros((3, 3, 8), np.float32), out)
-    with pytest.raises(ValueError, match=r"1 to 6 rows and columns .* got \(7, 3, 9\)"):
-        native._compiled.winograd_filter((7, 3, 9), np.zeros((7, 3)), grid, out)
+        native._compiled.winograd_filter((6, 3, 9, 0, 9), g, np.zeros((3, 3, 8), np.float32),
+                                         out)
+    with pytest.raises(ValueError, match=r"1 to 6 rows and columns.* got \(7, 3, 9, 0, 9\)"):
+        native._compiled.winograd_filter((7, 3, 9, 0, 9), np.zeros((7, 3)), grid, out)
+    with pytest.raises(ValueError, match=r"0 <= first <= stop <= elements .* got "
+                                         r"\(6, 3, 9, 2, 10\)"):
+        native._compiled.winograd_filter((6, 3, 9, 2, 10), g, grid, out)
     assert not native.winograd_filter(g.astype(np.float32), grid, out)   # float64 matrix only
     assert not native.winograd_filter(g, grid, out.astype(np.float64))   # mixed floats
 

@@ -184,8 +184,9 @@ static PyMethodDef methods[] = {
      "gradient tile products, block after block (gradient tiles through v)."},
     {"winograd_filter", py_winograd_filter, METH_VARARGS,
      "winograd_filter(geometry, mat, grid, out): out[a, b] = sum over p, q of mat[a, p] "
-     "mat[b, q] grid[p, q] (each an [elements] row; mat float64), summed in float64: the "
-     "filter transform G g G^T and the filter gradient's G^T M G."},
+     "mat[b, q] grid[p, q] (each an [elements] row, of which pairs first..stop-1; mat "
+     "float64), summed in float64: the filter transform G g G^T and the filter "
+     "gradient's G^T M G."},
     {"gemm", py_gemm, METH_VARARGS,
      "gemm(geometry, a, b, c): a block of c = op(a) @ op(b), either operand transposed "
      "(the register-blocked kernel of Winograd's GEMMs; blocked and packed for deep inner "
@@ -206,8 +207,8 @@ static PyMethodDef methods[] = {
     /* parallel parts */
     {"run_parts", py_run_parts, METH_VARARGS,
      "run_parts(work, count, threads): work(part) for each part with the calls of the "
-     "entry points that record (winograd_conv, winograd_grad_sums, the batch norm ones, "
-     "max_pool, max_pool_grad) recorded, then run with the GIL released, the parts on "
+     "entry points that record (winograd_conv, winograd_grad_sums, winograd_filter, the "
+     "batch norm ones, max_pool, max_pool_grad) recorded, then run with the GIL released, the parts on "
      "up to `threads` threads, each part's calls in order (see native_parts.c)."},
     {NULL, NULL, 0, NULL},
 };

@@ -35,7 +35,7 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
     rows_per_image, depth, width = lay.out_h * lay.out_w, w2d.shape[0], w2d.shape[1]
     dtype = xp.result_type(x, w2d)
     y = xp.empty((n * rows_per_image, width), dtype) if keep_product else None
-    fast = _winograd_forward(x, w2d, lay)
+    fast = _winograd_forward(x, w2d, lay, parallel)
     # Winograd keeps its transformed inputs for the filter gradient in the
     # patches output instead of im2col's patches (see WinogradConv.kept_inputs)
     patches, kept = fast.kept_inputs(n) if fast is not None and keep_patches else \
@@ -80,7 +80,7 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
     return patches, y
 
 
-def _winograd_forward(x, w2d, lay):
+def _winograd_forward(x, w2d, lay, parallel):
     """The Winograd form of the convolution of ``x`` by ``w2d`` (the [KH*KW*C,
     O] filter), or None where it does not apply (see winograd.applies)."""
     channels = x.shape[3]
@@ -88,7 +88,7 @@ def _winograd_forward(x, w2d, lay):
         return None
     top, _, left, _ = lay.pads
     return winograd.WinogradConv(w2d.reshape(tuple(lay.window) + (channels, -1)), top, left,
-                                 lay.out_h, lay.out_w)
+                                 lay.out_h, lay.out_w, parallel)
 
 
 def matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
@@ -119,7 +119,7 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
     output gradient (see WinogradConv.for_input_gradient), in cache blocks of
     images, each written straight into its slice of dx."""
     n = x_shape[0]
-    conv = winograd.WinogradConv.for_input_gradient(w, lay, x_shape)
+    conv = winograd.WinogradConv.for_input_gradient(w, lay, x_shape, parallel)
     grad = grad2d.reshape(n, lay.out_h, lay.out_w, w.shape[3])
     flops = grad2d.shape[0] * grad2d.shape[1] * w.shape[0] * w.shape[1] * w.shape[2]
     ranges = split(n, parallel.compiled_parts(n, flops))
@@ -164,7 +164,7 @@ def winograd_filter_gradient(parallel, kept, grad, algorithm):
     total = sums[0]
     for value in sums[1:]:
         total += value
-    return winograd.filter_gradient(total, algorithm)
+    return winograd.filter_gradient(total, algorithm, parallel)
 
 
 def _matmul(xp, a, b, out):

@@ -170,18 +170,25 @@ def winograd_grad_sums_applies(grad, u):
         and _same_floats(grad, u) and vector_columns(grad.shape[3], grad.dtype)
 
 
-def winograd_filter(matrix, grid, out):
+def winograd_filter(matrix, grid, out, first=0, stop=None):
     """out[a, b] = sum over p, q of matrix[a, p] matrix[b, q] grid[p, q] (rows
     of the filter's C * O channel pairs), summed in float64 and rounded once
     into ``out`` [R, R, X] (``matrix`` [R, S] float64, ``grid`` [S, S, X] of
-    out's dtype): Winograd's filter transform and its filter gradient's; False
-    if the compiled kernel does not apply."""
-    if not (accepts(matrix, grid, out) and matrix.dtype == np.float64 and matrix.ndim == 2
-            and grid.ndim == 3 and out.ndim == 3 and _same_floats(grid, out)):
+    out's dtype): Winograd's filter transform and its filter gradient's; only
+    pairs ``first``..``stop`` - 1 (default all); False if the compiled kernel
+    does not apply (see :func:`winograd_filter_applies`)."""
+    if not winograd_filter_applies(matrix, grid, out):
         return False
-    _compiled.winograd_filter((matrix.shape[0], matrix.shape[1], grid.shape[2]), matrix,
-                              grid, out)
+    pairs = grid.shape[2]
+    _compiled.winograd_filter((matrix.shape[0], matrix.shape[1], pairs, first,
+                               pairs if stop is None else stop), matrix, grid, out)
     return True
+
+
+def winograd_filter_applies(matrix, grid, out):
+    """Whether :func:`winograd_filter` runs compiled on these arrays."""
+    return accepts(matrix, grid, out) and matrix.dtype == np.float64 and matrix.ndim == 2 \
+        and grid.ndim == 3 and out.ndim == 3 and _same_floats(grid, out)
 
 
 # The compiled GEMM beats OpenBLAS (through NumPy, one thread) 1.2-2x: its
@@ -323,8 +330,8 @@ def batch_norm_pool(geometry, x, coefficients, out, code):
 
 def run_parts(work, count, threads):
     """``work(part)`` for each of ``count`` parts on this thread, the calls it
-    makes to the kernels that record (winograd_conv, winograd_grad_sums, the
-    batch norm kernels, max_pool, max_pool_grad) recorded; then those calls
+    makes to the kernels that record (winograd_conv, winograd_grad_sums,
+    winograd_filter, the batch norm kernels, max_pool, max_pool_grad) recorded; then those calls
     run with the GIL released, the parts spread over up to ``threads``
     threads, each part's calls in order, and this returns when all have run.
     A part must not read what its calls write, nor run NumPy work on their

@@ -501,6 +501,11 @@ PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args)
  * 128 x 128 filter, on one core, three times per layer and step. */
 #define MAX_POINTS 6
 #define FILTER_BLOCK 64     /* pairs per block (a multiple of FILTER_LANES) */
+
+/* A [rows, size] matrix applied to pairs first..stop-1 of `elements`. */
+typedef struct {
+    Py_ssize_t rows, size, elements, first, stop;
+} FilterRange;
 #define FILTER_LANES 8      /* pairs per step: a double_lanes */
 
 
@@ -540,18 +545,19 @@ filter_step_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows, 
         }                                                                               \
 }                                                                                       \
                                                                                         \
-/* Blocks of FILTER_BLOCK pairs go through local rows: the grid's and out's rows are  \
- * C * O items apart (64 KiB for 128 x 128 float32), so reading or writing all 36     \
- * in step fell into one L1 set. A last, shorter block is padded with zeros to whole  \
- * vectors (their results are not copied out). */                                    \
+/* Pairs first..stop-1, in blocks of FILTER_BLOCK through local rows: the grid's and \
+ * out's rows are C * O (`elements`) items apart (64 KiB for 128 x 128 float32), so   \
+ * reading or writing all 36 in step fell into one L1 set. A last, shorter block is   \
+ * padded with zeros to whole vectors (their results are not copied out). */          \
 static inline __attribute__((always_inline)) void                                       \
 filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows,       \
-                       Py_ssize_t size, Py_ssize_t elements)                            \
+                       Py_ssize_t size, Py_ssize_t elements, Py_ssize_t first,          \
+                       Py_ssize_t stop)                                                 \
 {                                                                                       \
     T local_in[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                 \
     T local_out[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                \
-    for (Py_ssize_t e0 = 0; e0 < elements; e0 += FILTER_BLOCK) {                         \
-        const Py_ssize_t eb = elements - e0 < FILTER_BLOCK ? elements - e0 : FILTER_BLOCK; \
+    for (Py_ssize_t e0 = first; e0 < stop; e0 += FILTER_BLOCK) {                        \
+        const Py_ssize_t eb = stop - e0 < FILTER_BLOCK ? stop - e0 : FILTER_BLOCK;      \
         const int whole = eb == FILTER_BLOCK;      /* constant-size copies, inlined */ \
         for (Py_ssize_t row = 0; row < size * size; row++) {                            \
             T *local = local_in + row * FILTER_BLOCK;                                   \
@@ -577,19 +583,19 @@ filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows
 /* The four shapes Winograd uses, with constant sizes (GCC then unrolls the sums    \
  * and keeps them in registers: 3x faster), and any other. */                         \
 CPU_CLONES static void winograd_filter_##SUFFIX(const double *mat, const T *grid,       \
-                                                T *out, Py_ssize_t rows,                \
-                                                Py_ssize_t size, Py_ssize_t elements)   \
+                                                T *out, const FilterRange *r)           \
 {                                                                                       \
-    if (rows == 6 && size == 3)                                                         \
-        filter_blocks_##SUFFIX(mat, grid, out, 6, 3, elements);                         \
-    else if (rows == 3 && size == 6)                                                    \
-        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, elements);                         \
-    else if (rows == 6 && size == 5)                                                    \
-        filter_blocks_##SUFFIX(mat, grid, out, 6, 5, elements);                         \
-    else if (rows == 5 && size == 6)                                                    \
-        filter_blocks_##SUFFIX(mat, grid, out, 5, 6, elements);                         \
+    const Py_ssize_t n = r->elements, first = r->first, stop = r->stop;                 \
+    if (r->rows == 6 && r->size == 3)                                                   \
+        filter_blocks_##SUFFIX(mat, grid, out, 6, 3, n, first, stop);                   \
+    else if (r->rows == 3 && r->size == 6)                                              \
+        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, n, first, stop);                   \
+    else if (r->rows == 6 && r->size == 5)                                              \
+        filter_blocks_##SUFFIX(mat, grid, out, 6, 5, n, first, stop);                   \
+    else if (r->rows == 5 && r->size == 6)                                              \
+        filter_blocks_##SUFFIX(mat, grid, out, 5, 6, n, first, stop);                   \
     else                                                                                \
-        filter_blocks_##SUFFIX(mat, grid, out, rows, size, elements);                   \
+        filter_blocks_##SUFFIX(mat, grid, out, r->rows, r->size, n, first, stop);       \
 }
 
 DEFINE_WINOGRAD_FILTER(float, f32)
@@ -599,37 +605,59 @@ DEFINE_WINOGRAD_FILTER(double, f64)
 #pragma GCC pop_options
 #endif
 
-/* winograd_filter((rows, size, elements), mat, grid, out): see winograd_filter_f32;
- * mat float64 [rows, size], grid [size, size, elements], out [rows, rows, elements]. */
+typedef struct {
+    Task task;
+    char kind;
+    void *mat, *grid, *out;
+    FilterRange r;
+} WinogradFilterCall;
+
+static void run_winograd_filter(Task *task)
+{
+    WinogradFilterCall *c = (WinogradFilterCall *)task;
+    BY_KIND(c->kind, winograd_filter, c->mat, c->grid, c->out, &c->r);
+}
+
+/* winograd_filter((rows, size, elements, first, stop), mat, grid, out): see
+ * winograd_filter_f32; mat float64 [rows, size], grid [size, size, elements], out
+ * [rows, rows, elements], of which pairs first..stop-1 are written. Records under
+ * run_parts. */
 PyObject *py_winograd_filter(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *shape, *mat_obj, *grid_obj, *out_obj;
-    Py_ssize_t rows, size, elements;
+    FilterRange r;
     if (!PyArg_ParseTuple(args, "O!OOO:winograd_filter", &PyTuple_Type, &shape, &mat_obj,
                           &grid_obj, &out_obj)
-        || !PyArg_ParseTuple(shape, "nnn", &rows, &size, &elements))
+        || !PyArg_ParseTuple(shape, "nnnnn", &r.rows, &r.size, &r.elements, &r.first,
+                             &r.stop))
         return NULL;
-    if (rows < 1 || rows > MAX_POINTS || size < 1 || size > MAX_POINTS || elements < 0) {
+    if (r.rows < 1 || r.rows > MAX_POINTS || r.size < 1 || r.size > MAX_POINTS
+        || r.elements < 0 || r.first < 0 || r.first > r.stop || r.stop > r.elements) {
         PyErr_Format(PyExc_ValueError, "winograd_filter: a [rows, size] matrix of 1 to %d "
-                     "rows and columns and elements >= 0 expected, got (%zd, %zd, %zd)",
-                     MAX_POINTS, rows, size, elements);
+                     "rows and columns, elements >= 0 and 0 <= first <= stop <= elements "
+                     "expected, got (%zd, %zd, %zd, %zd, %zd)", MAX_POINTS, r.rows, r.size,
+                     r.elements, r.first, r.stop);
         return NULL;
     }
     char kind = float_kind(grid_obj, "grid");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *mat, *grid, *out;
-    if (take(&views, mat_obj, 0, 'd', SIZES(rows, size), "mat", &mat) < 0
-        || take(&views, grid_obj, 0, kind, SIZES(size, size, elements), "grid", &grid) < 0
-        || take(&views, out_obj, 1, kind, SIZES(rows, rows, elements), "out", &out) < 0) {
-        release_all(&views);
+    WinogradFilterCall *call = new_task(sizeof *call, run_winograd_filter);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, mat_obj, 0, 'd', SIZES(r.rows, r.size), "mat", &call->mat) < 0
+        || take(views, grid_obj, 0, kind, SIZES(r.size, r.size, r.elements), "grid",
+                &call->grid) < 0
+        || take(views, out_obj, 1, kind, SIZES(r.rows, r.rows, r.elements), "out",
+                &call->out) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    RUN_WITHOUT_GIL(kind, winograd_filter, mat, grid, out, rows, size, elements);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->r = r;
+    return submit(&call->task);
 }
 
 PyObject *py_winograd_input(PyObject *self, PyObject *args)

@@ -53,8 +53,12 @@ from typing import NamedTuple
 import numpy as np
 
 from . import native
+from .cpu_threads import SERIAL, split
 
 TERMS = 36          # a tile's 6x6 window, and its 36 transformed terms
+# Channel pairs per block of the compiled filter transform (native_winograd.c's
+# FILTER_BLOCK): its thread parts are whole blocks.
+_FILTER_BLOCK = 64
 
 
 class Algorithm(NamedTuple):
@@ -133,23 +137,23 @@ class WinogradConv:
         ('F(2x2, 5x5)', 49)
     """
 
-    def __init__(self, w, top, left, out_h, out_w):
+    def __init__(self, w, top, left, out_h, out_w, parallel=SERIAL):
         self.algorithm = algorithm_for(w.shape)
         self.channels, self.out_channels = w.shape[2], w.shape[3]
         self.top, self.left, self.out_h, self.out_w = top, left, out_h, out_w
         self.tiles_per_image = self.algorithm.tiles_per_image(out_h, out_w)
         self.dtype = w.dtype
-        self.filter = _transformed_filter(w, self.algorithm)
+        self.filter = _transformed_filter(w, self.algorithm, parallel)
 
     @classmethod
-    def for_input_gradient(cls, w, lay, x_shape):
+    def for_input_gradient(cls, w, lay, x_shape, parallel=SERIAL):
         """dx of the convolution ``lay`` of images of ``x_shape`` by ``w``, as a
         convolution of the output gradient: dx[h] sums grad[h + top - i] *
         w[i], which is the filter turned by 180 degrees at offset K - 1 - top."""
         top, _, left, _ = lay.pads
         turned = w[::-1, ::-1].transpose(0, 1, 3, 2)
         last = w.shape[0] - 1
-        return cls(turned, last - top, last - left, x_shape[1], x_shape[2])
+        return cls(turned, last - top, last - left, x_shape[1], x_shape[2], parallel)
 
     def bytes_per_image(self):
         """Workspace bytes one image needs (its transformed inputs and products)."""
@@ -306,12 +310,12 @@ def _grad_tile_values(grad, algorithm):
     return TERMS * algorithm.tiles_per_image(out_h, out_w) * out_channels
 
 
-def filter_gradient(products, algorithm):
+def filter_gradient(products, algorithm, parallel=SERIAL):
     """dW [K, K, C, O] = G^T M G of the summed [36, C, O] tile products M
     (made in float64, then rounded once)."""
     _, channels, out_channels = products.shape
     dw = _both_axes(np.ascontiguousarray(algorithm.transform.T),
-                    np.ascontiguousarray(products).reshape(6, 6, -1))
+                    np.ascontiguousarray(products).reshape(6, 6, -1), parallel)
     window = algorithm.window
     return dw.reshape(window, window, channels, out_channels)
 
@@ -324,24 +328,31 @@ def _ran(done, transform, array):
                            f"{array.dtype} array of shape {array.shape}")
 
 
-def _transformed_filter(w, algorithm):
+def _transformed_filter(w, algorithm, parallel=SERIAL):
     """V = G g G^T for each (input, output) channel pair of the [K, K, C, O]
     filter, as [36, C, O] (made in float64, then rounded once)."""
     window = algorithm.window
-    v = _both_axes(algorithm.transform, np.ascontiguousarray(w).reshape(window, window, -1))
+    v = _both_axes(algorithm.transform, np.ascontiguousarray(w).reshape(window, window, -1),
+                   parallel)
     return v.reshape(TERMS, w.shape[2], w.shape[3])
 
 
-def _both_axes(matrix, grid):
+def _both_axes(matrix, grid, parallel=SERIAL):
     """``matrix`` applied along both leading axes of ``grid`` [K, K, X]:
     matrix @ grid[:, :, x] @ matrix.T for every x, summed in float64 and
     rounded once to grid's dtype. Compiled (native.winograd_filter) where it
-    applies, else one float64 GEMM by the Kronecker product, [R*R, K*K] @
-    [K*K, X] (OpenBLAS: the compiled GEMM is slower on these short and very
-    wide products)."""
-    rows = matrix.shape[0]
-    out = np.empty((rows, rows, grid.shape[2]), grid.dtype)
-    if native.winograd_filter(matrix, grid, out):
+    applies, in parts of whole blocks of pairs on the pool (each pair's sums
+    are its own: any split gives the same bits), else one float64 GEMM by
+    the Kronecker product, [R*R, K*K] @ [K*K, X] (OpenBLAS: the compiled GEMM
+    is slower on these short and very wide products)."""
+    rows, pairs = matrix.shape[0], grid.shape[2]
+    out = np.empty((rows, rows, pairs), grid.dtype)
+    if native.winograd_filter_applies(matrix, grid, out):
+        blocks = -(-pairs // _FILTER_BLOCK)
+        ranges = [(min(first * _FILTER_BLOCK, pairs), min(stop * _FILTER_BLOCK, pairs))
+                  for first, stop in split(blocks, parallel.parts(blocks, out.size))]
+        parallel.run_compiled(lambda part: native.winograd_filter(matrix, grid, out,
+                                                                  *ranges[part]), len(ranges))
         return out
     both = np.kron(matrix, matrix) @ grid.astype(np.float64).reshape(
         grid.shape[0] * grid.shape[1], -1)
