@@ -269,7 +269,9 @@ def test_float16_convolutions_take_the_numpy_path(monkeypatch):
 # -- the compiled GEMM (Winograd's 36 products, im2col's thin GEMMs) --------------------
 
 GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (5, 0, 40),
-               (0, 4, 32), (9, 600, 64), (13, 20, 48), (13, 9, 80)]
+               (0, 4, 32), (9, 600, 64), (13, 20, 48), (13, 9, 80),
+               # a.T @ b deeper than one chunk of b's rows (512 KiB): added chunk by chunk
+               (27, 12293, 32), (5, 9000, 16)]
 
 
 @needs_vector_gemm
@@ -279,7 +281,8 @@ GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (
 def test_the_compiled_gemm_is_a_matrix_product(dtype, transposed, m, k, n):
     # rows past the kernel's 6-row blocks, columns in two-vector blocks, one
     # vector and both, an empty inner dimension, an empty product, a long inner
-    # dimension; widths that are not whole vectors (the blocked kernel's padding)
+    # dimension; widths that are not whole vectors (the blocked kernel's padding);
+    # deep a.T @ b in chunks of inner rows, the last one ragged
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     a = rng.standard_normal((k, m) if transposed else (m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)

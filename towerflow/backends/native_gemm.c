@@ -454,7 +454,11 @@ PyObject *py_winograd_gemms(PyObject *self, PyObject *args)
  * columns (64 float32) and b small enough to stay in half the 1 MiB L2 (its rows are
  * read once per 6 rows of a): there packing a costs more than it saves. With a 1 MiB
  * b (a 320 x 4096^T @ 4096 x 64 filter gradient) the blocked kernel won, 178 to 143
- * GFLOP/s. */
+ * GFLOP/s. A deeper a^T @ b (a filter gradient over a whole batch of rows) of up to 2
+ * vectors of columns runs unpacked in chunks of b's rows that fit, adding each
+ * chunk's products into c: 27 x 32768^T @ 32768 x 32 (the cifar10 stem's, one
+ * thread) 125 -> 190 GFLOP/s, 288 x 8192 x 32 167 -> 191; with 4 vectors of columns
+ * the blocked kernel still won (320 x 4096 x 64: 186 to 167). */
 #ifndef UNPACKED_MAX_VECTORS
 #define UNPACKED_MAX_VECTORS 4
 #endif
@@ -496,11 +500,20 @@ static int read_gemm_geometry(PyObject *shape, GemmGeometry *g)
         const T *a_ = (const T *)(a) + (g).first_row * a_row;                           \
         const T *b_ = (const T *)(b) + (g).first_column * b_col;                        \
         T *c_ = (T *)(c) + (g).first_row * (g).n + (g).first_column;                    \
-        if (!(g).transpose_b && (g).columns % (LANES) == 0                              \
-            && (g).columns <= UNPACKED_MAX_VECTORS * (LANES)                            \
-            && (g).k * (g).columns * (Py_ssize_t)sizeof(T) <= UNPACKED_MAX_B_BYTES)     \
+        const int narrow = !(g).transpose_b && (g).columns % (LANES) == 0               \
+            && (g).columns > 0 && (g).columns <= UNPACKED_MAX_VECTORS * (LANES);        \
+        /* the inner rows whose B rows fit UNPACKED_MAX_B_BYTES */                      \
+        const Py_ssize_t chunk = narrow ? UNPACKED_MAX_B_BYTES                          \
+                                 / ((g).columns * (Py_ssize_t)sizeof(T)) : 0;           \
+        if (narrow && (g).k <= chunk)                                                   \
             gemm_##SUFFIX(a_, a_row, a_col, b_, b_row, c_, (g).n, (g).rows, (g).k,      \
                           (g).columns, 0);                                              \
+        else if (narrow && (g).transpose_a && (g).columns <= 2 * (LANES))               \
+            /* a deep a^T @ b of up to 2 vectors of columns: in chunks of inner rows */ \
+            for (Py_ssize_t k0 = 0; k0 < (g).k; k0 += chunk)                            \
+                gemm_##SUFFIX(a_ + k0 * a_col, a_row, a_col, b_ + k0 * b_row, b_row, c_, \
+                              (g).n, (g).rows, (g).k - k0 < chunk ? (g).k - k0 : chunk, \
+                              (g).columns, k0 > 0);                                     \
         else                                                                            \
             status = blocked_gemm_##SUFFIX(a_, a_row, a_col, b_, b_row, b_col, c_,      \
                                            (g).n, (g).rows, (g).k, (g).columns);        \
