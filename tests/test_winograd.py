@@ -304,6 +304,24 @@ def test_the_filter_transform_in_parts_gives_the_whole_transforms_bits(monkeypat
     assert np.isnan(out[:, :, :64]).all() and np.isnan(out[:, :, 200:]).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("parts", [2, 3])
+def test_the_filter_gradient_adds_a_stack_of_part_sums_as_numpy_would(dtype, parts):
+    # the threads' tile-product sums, added in part order in their dtype while the
+    # transform reads them: the bits of adding them first, compiled or in NumPy
+    algorithm = winograd.ALGORITHMS[3]
+    stack = np.random.default_rng(parts).standard_normal((parts, 36, 24, 16)).astype(dtype)
+    total = stack[0].copy()
+    for products in stack[1:]:
+        total += products
+    added_first = winograd.filter_gradient(total, algorithm)
+    np.testing.assert_array_equal(winograd.filter_gradient(stack, algorithm), added_first)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TOWERFLOW_NATIVE", "0")
+        np.testing.assert_array_equal(winograd.filter_gradient(stack, algorithm),
+                                      winograd.filter_gradient(total, algorithm))
+
+
 def test_the_filter_transform_keeps_nan_and_refuses_bad_shapes():
     g = winograd.ALGORITHMS[3].transform
     grid = np.zeros((3, 3, 9), np.float32)
@@ -314,13 +332,17 @@ def test_the_filter_transform_keeps_nan_and_refuses_bad_shapes():
     with pytest.raises(ValueError, match="out: expected 288 items"):     # 6 * 6 * 8
         native.winograd_filter(g, np.zeros((3, 3, 8), np.float32), out)
     with pytest.raises(ValueError, match="grid: expected 81 items"):     # 3 * 3 * 9
-        native._compiled.winograd_filter((6, 3, 9, 0, 9), g, np.zeros((3, 3, 8), np.float32),
-                                         out)
-    with pytest.raises(ValueError, match=r"1 to 6 rows and columns.* got \(7, 3, 9, 0, 9\)"):
-        native._compiled.winograd_filter((7, 3, 9, 0, 9), np.zeros((7, 3)), grid, out)
+        native._compiled.winograd_filter((6, 3, 9, 0, 9, 1), g,
+                                         np.zeros((3, 3, 8), np.float32), out)
+    with pytest.raises(ValueError, match=r"1 to 6 rows and columns.* got \(7, 3, 9, 0, 9, 1\)"):
+        native._compiled.winograd_filter((7, 3, 9, 0, 9, 1), np.zeros((7, 3)), grid, out)
     with pytest.raises(ValueError, match=r"0 <= first <= stop <= elements .* got "
-                                         r"\(6, 3, 9, 2, 10\)"):
-        native._compiled.winograd_filter((6, 3, 9, 2, 10), g, grid, out)
+                                         r"\(6, 3, 9, 2, 10, 1\)"):
+        native._compiled.winograd_filter((6, 3, 9, 2, 10, 1), g, grid, out)
+    with pytest.raises(ValueError, match=r"stack >= 1 expected, got \(6, 3, 9, 0, 9, 0\)"):
+        native._compiled.winograd_filter((6, 3, 9, 0, 9, 0), g, grid, out)
+    with pytest.raises(ValueError, match="grid: expected 162 items"):    # 2 * 3 * 3 * 9
+        native._compiled.winograd_filter((6, 3, 9, 0, 9, 2), g, grid, out)
     assert not native.winograd_filter(g.astype(np.float32), grid, out)   # float64 matrix only
     assert not native.winograd_filter(g, grid, out.astype(np.float64))   # mixed floats
 

@@ -144,27 +144,23 @@ def winograd_input_gradient(xp, parallel, x_shape, grad2d, lay, w):
 def winograd_filter_gradient(parallel, kept, grad, algorithm):
     """dW [K, K, C, O] from the ``kept`` Winograd inputs [tiles, 36, C] of the
     forward pass and the output gradient: each block of images adds its tile
-    products, the threads' sums are added in part order (a fixed order),
-    then one filter transform (see winograd.py)."""
+    products, the threads' sums are added in part order (a fixed order) by
+    the filter transform as it reads them (see winograd.py)."""
     grad = np.ascontiguousarray(grad)
     n = grad.shape[0]
     flops = kept.shape[0] * kept.shape[1] * kept.shape[2] * grad.shape[3]
     ranges = split(n, parallel.compiled_parts(n, flops))
     per_block = _images_per_cache_block(winograd.grad_bytes_per_image(grad, algorithm))
-    sums = [None] * len(ranges)
+    sums = np.zeros((len(ranges), winograd.TERMS, kept.shape[2], grad.shape[3]), grad.dtype)
 
     def part(index):
         first, last = ranges[index]
         workspace = winograd.grad_workspace(grad, min(per_block, last - first), algorithm)
-        sums[index] = np.zeros((winograd.TERMS, kept.shape[2], grad.shape[3]), grad.dtype)
         winograd.add_tile_products_over_blocks(kept, grad[first:last], first, workspace,
                                                sums[index], algorithm,
                                                _block_images(first, last, per_block))
     _run_parts(parallel, part, len(ranges), flops, native.winograd_grad_sums_applies(grad, kept))
-    total = sums[0]
-    for value in sums[1:]:
-        total += value
-    return winograd.filter_gradient(total, algorithm, parallel)
+    return winograd.filter_gradient(sums, algorithm, parallel)
 
 
 def _matmul(xp, a, b, out):

@@ -174,21 +174,22 @@ def winograd_filter(matrix, grid, out, first=0, stop=None):
     """out[a, b] = sum over p, q of matrix[a, p] matrix[b, q] grid[p, q] (rows
     of the filter's C * O channel pairs), summed in float64 and rounded once
     into ``out`` [R, R, X] (``matrix`` [R, S] float64, ``grid`` [S, S, X] of
-    out's dtype): Winograd's filter transform and its filter gradient's; only
+    out's dtype, or a stack [K, S, S, X] of grids, added in order in their
+    dtype first): Winograd's filter transform and its filter gradient's; only
     pairs ``first``..``stop`` - 1 (default all); False if the compiled kernel
     does not apply (see :func:`winograd_filter_applies`)."""
     if not winograd_filter_applies(matrix, grid, out):
         return False
-    pairs = grid.shape[2]
+    pairs, stack = grid.shape[-1], grid.shape[0] if grid.ndim == 4 else 1
     _compiled.winograd_filter((matrix.shape[0], matrix.shape[1], pairs, first,
-                               pairs if stop is None else stop), matrix, grid, out)
+                               pairs if stop is None else stop, stack), matrix, grid, out)
     return True
 
 
 def winograd_filter_applies(matrix, grid, out):
     """Whether :func:`winograd_filter` runs compiled on these arrays."""
     return accepts(matrix, grid, out) and matrix.dtype == np.float64 and matrix.ndim == 2 \
-        and grid.ndim == 3 and out.ndim == 3 and _same_floats(grid, out)
+        and grid.ndim in (3, 4) and out.ndim == 3 and _same_floats(grid, out)
 
 
 # The compiled GEMM beats OpenBLAS (through NumPy, one thread) 1.2-2x: its

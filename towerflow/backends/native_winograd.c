@@ -502,9 +502,10 @@ PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args)
 #define MAX_POINTS 6
 #define FILTER_BLOCK 64     /* pairs per block (a multiple of FILTER_LANES) */
 
-/* A [rows, size] matrix applied to pairs first..stop-1 of `elements`. */
+/* A [rows, size] matrix applied to pairs first..stop-1 of `elements`, of the sum of
+ * `stack` grids (the filter gradient's thread parts' tile products). */
 typedef struct {
-    Py_ssize_t rows, size, elements, first, stop;
+    Py_ssize_t rows, size, elements, first, stop, stack;
 } FilterRange;
 #define FILTER_LANES 8      /* pairs per step: a double_lanes */
 
@@ -548,11 +549,13 @@ filter_step_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows, 
 /* Pairs first..stop-1, in blocks of FILTER_BLOCK through local rows: the grid's and \
  * out's rows are C * O (`elements`) items apart (64 KiB for 128 x 128 float32), so   \
  * reading or writing all 36 in step fell into one L1 set. A last, shorter block is   \
- * padded with zeros to whole vectors (their results are not copied out). */          \
+ * padded with zeros to whole vectors (their results are not copied out). The         \
+ * `stack` grids (each size * size * elements items) are added into the local rows    \
+ * first, in T and in order, as NumPy's total += grid would. */                       \
 static inline __attribute__((always_inline)) void                                       \
 filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows,       \
                        Py_ssize_t size, Py_ssize_t elements, Py_ssize_t first,          \
-                       Py_ssize_t stop)                                                 \
+                       Py_ssize_t stop, Py_ssize_t stack)                               \
 {                                                                                       \
     T local_in[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                 \
     T local_out[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                \
@@ -566,6 +569,11 @@ filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows
             else {                                                                      \
                 memset(local, 0, FILTER_BLOCK * sizeof(T));                             \
                 memcpy(local, grid + row * elements + e0, eb * sizeof(T));              \
+            }                                                                           \
+            for (Py_ssize_t part = 1; part < stack; part++) {                           \
+                const T *more = grid + (part * size * size + row) * elements + e0;      \
+                for (Py_ssize_t e = 0; e < eb; e++)                                     \
+                    local[e] += more[e];                                                \
             }                                                                           \
         }                                                                               \
         for (Py_ssize_t e = 0; e < eb; e += FILTER_LANES)                               \
@@ -585,17 +593,17 @@ filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows
 CPU_CLONES static void winograd_filter_##SUFFIX(const double *mat, const T *grid,       \
                                                 T *out, const FilterRange *r)           \
 {                                                                                       \
-    const Py_ssize_t n = r->elements, first = r->first, stop = r->stop;                 \
+    const Py_ssize_t n = r->elements, first = r->first, stop = r->stop, k = r->stack;   \
     if (r->rows == 6 && r->size == 3)                                                   \
-        filter_blocks_##SUFFIX(mat, grid, out, 6, 3, n, first, stop);                   \
+        filter_blocks_##SUFFIX(mat, grid, out, 6, 3, n, first, stop, k);                \
     else if (r->rows == 3 && r->size == 6)                                              \
-        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, n, first, stop);                   \
+        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, n, first, stop, k);                \
     else if (r->rows == 6 && r->size == 5)                                              \
-        filter_blocks_##SUFFIX(mat, grid, out, 6, 5, n, first, stop);                   \
+        filter_blocks_##SUFFIX(mat, grid, out, 6, 5, n, first, stop, k);                \
     else if (r->rows == 5 && r->size == 6)                                              \
-        filter_blocks_##SUFFIX(mat, grid, out, 5, 6, n, first, stop);                   \
+        filter_blocks_##SUFFIX(mat, grid, out, 5, 6, n, first, stop, k);                \
     else                                                                                \
-        filter_blocks_##SUFFIX(mat, grid, out, r->rows, r->size, n, first, stop);       \
+        filter_blocks_##SUFFIX(mat, grid, out, r->rows, r->size, n, first, stop, k);    \
 }
 
 DEFINE_WINOGRAD_FILTER(float, f32)
@@ -618,10 +626,10 @@ static void run_winograd_filter(Task *task)
     BY_KIND(c->kind, winograd_filter, c->mat, c->grid, c->out, &c->r);
 }
 
-/* winograd_filter((rows, size, elements, first, stop), mat, grid, out): see
- * winograd_filter_f32; mat float64 [rows, size], grid [size, size, elements], out
- * [rows, rows, elements], of which pairs first..stop-1 are written. Records under
- * run_parts. */
+/* winograd_filter((rows, size, elements, first, stop, stack), mat, grid, out): see
+ * winograd_filter_f32; mat float64 [rows, size], grid [stack, size, size, elements]
+ * (summed over stack), out [rows, rows, elements], of which pairs first..stop-1 are
+ * written. Records under run_parts. */
 PyObject *py_winograd_filter(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -629,15 +637,16 @@ PyObject *py_winograd_filter(PyObject *self, PyObject *args)
     FilterRange r;
     if (!PyArg_ParseTuple(args, "O!OOO:winograd_filter", &PyTuple_Type, &shape, &mat_obj,
                           &grid_obj, &out_obj)
-        || !PyArg_ParseTuple(shape, "nnnnn", &r.rows, &r.size, &r.elements, &r.first,
-                             &r.stop))
+        || !PyArg_ParseTuple(shape, "nnnnnn", &r.rows, &r.size, &r.elements, &r.first,
+                             &r.stop, &r.stack))
         return NULL;
     if (r.rows < 1 || r.rows > MAX_POINTS || r.size < 1 || r.size > MAX_POINTS
-        || r.elements < 0 || r.first < 0 || r.first > r.stop || r.stop > r.elements) {
+        || r.elements < 0 || r.first < 0 || r.first > r.stop || r.stop > r.elements
+        || r.stack < 1) {
         PyErr_Format(PyExc_ValueError, "winograd_filter: a [rows, size] matrix of 1 to %d "
-                     "rows and columns, elements >= 0 and 0 <= first <= stop <= elements "
-                     "expected, got (%zd, %zd, %zd, %zd, %zd)", MAX_POINTS, r.rows, r.size,
-                     r.elements, r.first, r.stop);
+                     "rows and columns, elements >= 0, 0 <= first <= stop <= elements and "
+                     "stack >= 1 expected, got (%zd, %zd, %zd, %zd, %zd, %zd)", MAX_POINTS,
+                     r.rows, r.size, r.elements, r.first, r.stop, r.stack);
         return NULL;
     }
     char kind = float_kind(grid_obj, "grid");
@@ -648,7 +657,7 @@ PyObject *py_winograd_filter(PyObject *self, PyObject *args)
         return NULL;
     Views *views = &call->task.views;
     if (take(views, mat_obj, 0, 'd', SIZES(r.rows, r.size), "mat", &call->mat) < 0
-        || take(views, grid_obj, 0, kind, SIZES(r.size, r.size, r.elements), "grid",
+        || take(views, grid_obj, 0, kind, SIZES(r.stack, r.size, r.size, r.elements), "grid",
                 &call->grid) < 0
         || take(views, out_obj, 1, kind, SIZES(r.rows, r.rows, r.elements), "out",
                 &call->out) < 0) {

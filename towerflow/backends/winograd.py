@@ -311,13 +311,23 @@ def _grad_tile_values(grad, algorithm):
 
 
 def filter_gradient(products, algorithm, parallel=SERIAL):
-    """dW [K, K, C, O] = G^T M G of the summed [36, C, O] tile products M
-    (made in float64, then rounded once)."""
-    _, channels, out_channels = products.shape
+    """dW [K, K, C, O] = G^T M G of the summed [36, C, O] tile products M, or
+    of the sum of a stack [parts, 36, C, O] of them (added in order in their
+    dtype; made in float64, then rounded once)."""
+    channels, out_channels = products.shape[-2:]
     dw = _both_axes(np.ascontiguousarray(algorithm.transform.T),
-                    np.ascontiguousarray(products).reshape(6, 6, -1), parallel)
+                    np.ascontiguousarray(products).reshape(products.shape[:-3] + (6, 6, -1)),
+                    parallel)
     window = algorithm.window
     return dw.reshape(window, window, channels, out_channels)
+
+
+def _added_in_order(stack):
+    """stack[0] + stack[1] + ... in the stack's dtype, one after another."""
+    total = stack[0].copy()
+    for grid in stack[1:]:
+        total += grid
+    return total
 
 
 def _ran(done, transform, array):
@@ -338,14 +348,15 @@ def _transformed_filter(w, algorithm, parallel=SERIAL):
 
 
 def _both_axes(matrix, grid, parallel=SERIAL):
-    """``matrix`` applied along both leading axes of ``grid`` [K, K, X]:
-    matrix @ grid[:, :, x] @ matrix.T for every x, summed in float64 and
-    rounded once to grid's dtype. Compiled (native.winograd_filter) where it
-    applies, in parts of whole blocks of pairs on the pool (each pair's sums
-    are its own: any split gives the same bits), else one float64 GEMM by
-    the Kronecker product, [R*R, K*K] @ [K*K, X] (OpenBLAS: the compiled GEMM
-    is slower on these short and very wide products)."""
-    rows, pairs = matrix.shape[0], grid.shape[2]
+    """``matrix`` applied along both leading axes of ``grid`` [K, K, X] (or of
+    the sum of a stack [parts, K, K, X] of grids, added in order in their
+    dtype): matrix @ grid[:, :, x] @ matrix.T for every x, summed in float64
+    and rounded once to grid's dtype. Compiled (native.winograd_filter) where
+    it applies, in parts of whole blocks of pairs on the pool (each pair's
+    sums are its own: any split gives the same bits), else one float64 GEMM
+    by the Kronecker product, [R*R, K*K] @ [K*K, X] (OpenBLAS: the compiled
+    GEMM is slower on these short and very wide products)."""
+    rows, pairs = matrix.shape[0], grid.shape[-1]
     out = np.empty((rows, rows, pairs), grid.dtype)
     if native.winograd_filter_applies(matrix, grid, out):
         blocks = -(-pairs // _FILTER_BLOCK)
@@ -354,6 +365,8 @@ def _both_axes(matrix, grid, parallel=SERIAL):
         parallel.run_compiled(lambda part: native.winograd_filter(matrix, grid, out,
                                                                   *ranges[part]), len(ranges))
         return out
+    if grid.ndim == 4:
+        grid = _added_in_order(grid)
     both = np.kron(matrix, matrix) @ grid.astype(np.float64).reshape(
         grid.shape[0] * grid.shape[1], -1)
     return both.reshape(rows, rows, -1).astype(grid.dtype)
