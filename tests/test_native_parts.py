@@ -103,14 +103,13 @@ def test_every_part_runs_exactly_once_over_many_back_to_back_jobs():
 def test_a_kernel_that_cannot_record_stops_the_run_before_any_recorded_call():
     x, coefficients = random_rows(64, seed=4)
     out = np.full_like(x, -7.0)
-    patches = np.empty((4, 9), np.float32)
-    image = np.ones((1, 2, 2, 1), np.float32)
+    image, tiles = np.ones((1, 4, 4, 16), np.float32), np.empty((1, 36, 16), np.float32)
 
     def work(part):
         batch_norm_rows(x, coefficients, out, *rows_of(part, 2, len(x)))
-        if part == 1:   # im2col runs at once: it cannot be recorded
-            native._compiled.im2col((1, 2, 2, 1, 3, 3, 1, 1, 1, 1, 2, 2), image, patches)
-    with pytest.raises(RuntimeError, match="part 1 called im2col, which runs at once"):
+        if part == 1:   # Winograd's lone input transform runs at once: it cannot record
+            assert native.winograd_input(image, 1, 1, 4, 4, tiles)
+    with pytest.raises(RuntimeError, match="part 1 called winograd_input, which runs at once"):
         native.run_parts(work, 2, 2)
     assert np.all(out == -7.0)
 
@@ -208,3 +207,28 @@ def test_the_pools_run_compiled_splits_and_serial_runs_at_once():
             batch_norm_rows(x, coefficients, out, *rows_of(part, 3, len(x)))
         pool.run_compiled(work, 3)
         np.testing.assert_array_equal(out, at_once(x, coefficients))
+
+
+@pytest.mark.skipif(not native.VECTOR_GEMM, reason="the compiled GEMM needs AVX-512")
+def test_gemm_im2col_and_col2im_record_and_give_the_bits_of_calls_run_at_once():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 5, 5, 3)).astype(np.float32)
+    w = rng.standard_normal((27, 32)).astype(np.float32)
+    geometry = (6, 5, 5, 3, 3, 3, 1, 1, 1, 1, 5, 5)      # 3x3 SAME
+    patches, product = np.empty((150, 27), np.float32), np.empty((150, 32), np.float32)
+    native._compiled.im2col(geometry, x, patches)
+    assert native.gemm(patches, w, product)
+    back = np.zeros_like(x)
+    native._compiled.col2im(geometry, back, patches)
+    recorded = [np.full_like(array, np.nan) for array in (patches, product)]
+    recorded_back = np.zeros_like(x)
+
+    def work(part):     # each part: its images' patches, then their product by w
+        rows = slice(75 * part, 75 * (part + 1))
+        images = slice(3 * part, 3 * (part + 1))
+        native._compiled.im2col((3,) + geometry[1:], x[images], recorded[0][rows])
+        assert native.gemm(recorded[0][rows], w, recorded[1][rows])
+        native._compiled.col2im((3,) + geometry[1:], recorded_back[images], recorded[0][rows])
+    native.run_parts(work, 2, 2)
+    for got, want in zip(recorded + [recorded_back], [patches, product, back]):
+        np.testing.assert_array_equal(got, want)

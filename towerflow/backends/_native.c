@@ -208,7 +208,7 @@ static PyMethodDef methods[] = {
     {"run_parts", py_run_parts, METH_VARARGS,
      "run_parts(work, count, threads): work(part) for each part with the calls of the "
      "entry points that record (winograd_conv, winograd_grad_sums, winograd_filter, the "
-     "batch norm ones, max_pool, max_pool_grad) recorded, then run with the GIL released, the parts on "
+     "batch norm ones, max_pool, max_pool_grad, im2col, col2im, gemm) recorded, then run with the GIL released, the parts on "
      "up to `threads` threads, each part's calls in order (see native_parts.c)."},
     {NULL, NULL, 0, NULL},
 };

@@ -74,8 +74,11 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
                 _matmul(xp, block_patches, w2d, product)
             if finish is not None:
                 finish(product, slice(start, stop))
-    compiled = fast is not None and finish is None and keep_product and \
-        fast.loops_compiled(x, y, kept)
+    # only compiled calls in a part (they record, see run_compiled): Winograd's one
+    # loop, or im2col and the compiled GEMM block by block, with no finish
+    compiled = finish is None and (
+        keep_product and fast.loops_compiled(x, y, kept) if fast is not None
+        else _gemm_compiled(width, w2d))
     _run_parts(parallel, part, parts, n * rows_per_image * depth * width, compiled)
     return patches, y
 
@@ -110,7 +113,8 @@ def matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
             block = columns[:(stop - start) * rows_per_image]
             _matmul(xp, grad2d[start * rows_per_image:stop * rows_per_image], w2d_t, block)
             _compiled(native.col2im(block, lay, dx[start:stop]), "col2im", dx.dtype)
-    _run_parts(parallel, part, len(ranges), flops)
+    _run_parts(parallel, part, len(ranges), flops,
+               _gemm_compiled(depth, grad2d, w2d_t) and native.accepts(dx))
     return dx
 
 
@@ -168,6 +172,12 @@ def _matmul(xp, a, b, out):
     OpenBLAS's single-threaded speed on these thin products, see native.py)."""
     if not (native.vector_columns(out.shape[1], out.dtype) and native.gemm(a, b, out)):
         xp.matmul(a, b, out=out)
+
+
+def _gemm_compiled(width, *matrices):
+    """Whether :func:`_matmul` runs the compiled GEMM for products ``width``
+    columns wide of these operands (and rows and products made like them)."""
+    return native.vector_columns(width, matrices[0].dtype) and native.gemm_applies(*matrices)
 
 
 def _images_per_cache_block(bytes_per_image):

@@ -215,8 +215,7 @@ def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=Non
         >>> gemm(a, b, out, transpose_b=True), float(out[0, 0])
         (True, 3136.0)
     """
-    if not (VECTOR_GEMM and accepts(a, b, out) and a.ndim == b.ndim == out.ndim == 2
-            and _same_floats(a, b, out)):
+    if not gemm_applies(a, b, out):
         return False
     (m, inner), n = (a.shape[::-1] if transpose_a else a.shape), out.shape[1]
     if (b.shape[::-1] if transpose_b else b.shape) != (inner, n) or out.shape[0] != m:
@@ -228,6 +227,14 @@ def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=Non
     _compiled.gemm((m, inner, n, transpose_a, transpose_b, first_row, stop_row - first_row,
                     first_column, stop_column - first_column), a, b, out)
     return True
+
+
+def gemm_applies(*arrays):
+    """Whether :func:`gemm` takes these arrays (operands and output alike:
+    C-contiguous 2-D float32 or float64 NumPy arrays of one dtype, on a CPU
+    with AVX-512); their shapes it checks itself."""
+    return VECTOR_GEMM and accepts(*arrays) and all(array.ndim == 2 for array in arrays) \
+        and _same_floats(*arrays)
 
 
 def vector_columns(columns, dtype):
@@ -332,7 +339,8 @@ def batch_norm_pool(geometry, x, coefficients, out, code):
 def run_parts(work, count, threads):
     """``work(part)`` for each of ``count`` parts on this thread, the calls it
     makes to the kernels that record (winograd_conv, winograd_grad_sums,
-    winograd_filter, the batch norm kernels, max_pool, max_pool_grad) recorded; then those calls
+    winograd_filter, the batch norm kernels, max_pool, max_pool_grad, im2col,
+    col2im, gemm) recorded; then those calls
     run with the GIL released, the parts spread over up to ``threads``
     threads, each part's calls in order, and this returns when all have run.
     A part must not read what its calls write, nor run NumPy work on their

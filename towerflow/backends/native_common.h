@@ -91,6 +91,7 @@ struct Task {
     void (*run)(Task *task);   /* the kernel, called without the GIL */
     Task *next;                /* the part's next call */
     Views views;               /* held until the call has run */
+    const char *out_of_memory; /* set by run: what could not be allocated */
 };
 
 /* The sizes whose product is a buffer's item count: SIZES(n, h, w, c). */
@@ -123,7 +124,8 @@ NATIVE_HIDDEN int read_geometry(PyObject *shape, Geometry *g);
 /* A zeroed call struct of `size` bytes (a Task first); NULL with MemoryError. */
 NATIVE_HIDDEN void *new_task(size_t size, void (*run)(Task *task));
 /* Run the call now (GIL released), or record it into the part being recorded on
- * this thread; either way the task is the callee's: a new reference to None. */
+ * this thread; either way the task is the callee's: a new reference to None, or
+ * NULL with a MemoryError if the call, run now, set out_of_memory. */
 NATIVE_HIDDEN PyObject *submit(Task *task);
 /* Release the views and free a call that will not run (an argument error). */
 NATIVE_HIDDEN void discard(Task *task);

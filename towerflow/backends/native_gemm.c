@@ -538,8 +538,27 @@ PyObject *py_gemm_vectorised(PyObject *self, PyObject *args)
 #endif
 }
 
+typedef struct {
+    Task task;
+    char kind;
+    void *a, *b, *c;
+    GemmGeometry g;
+} GemmCall;
+
+static void run_gemm(Task *task)
+{
+    GemmCall *call = (GemmCall *)task;
+    int status = 0;
+    if (call->kind == 'f')
+        RUN_GEMM(float, f32, 16, call->g, call->a, call->b, call->c, status);
+    else
+        RUN_GEMM(double, f64, 8, call->g, call->a, call->b, call->c, status);
+    if (status < 0)
+        task->out_of_memory = "gemm: no memory for the packed operands";
+}
+
 /* gemm(geometry, a, b, c): the block of c = op(a) @ op(b) that the geometry names
- * (see GemmGeometry); the rest of c is left as it was. */
+ * (see GemmGeometry); the rest of c is left as it was. Records under run_parts. */
 PyObject *py_gemm(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -551,24 +570,17 @@ PyObject *py_gemm(PyObject *self, PyObject *args)
     char kind = float_kind(a_obj, "a");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *a, *b, *c;
-    if (take(&views, a_obj, 0, kind, SIZES(g.m, g.k), "a", &a) < 0
-        || take(&views, b_obj, 0, kind, SIZES(g.k, g.n), "b", &b) < 0
-        || take(&views, c_obj, 1, kind, SIZES(g.m, g.n), "c", &c) < 0) {
-        release_all(&views);
+    GemmCall *call = new_task(sizeof *call, run_gemm);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, a_obj, 0, kind, SIZES(g.m, g.k), "a", &call->a) < 0
+        || take(views, b_obj, 0, kind, SIZES(g.k, g.n), "b", &call->b) < 0
+        || take(views, c_obj, 1, kind, SIZES(g.m, g.n), "c", &call->c) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    int status = 0;
-    note_immediate_run("gemm");
-    Py_BEGIN_ALLOW_THREADS
-    if (kind == 'f')
-        RUN_GEMM(float, f32, 16, g, a, b, c, status);
-    else
-        RUN_GEMM(double, f64, 8, g, a, b, c, status);
-    Py_END_ALLOW_THREADS
-    release_all(&views);
-    if (status < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->g = g;
+    return submit(&call->task);
 }

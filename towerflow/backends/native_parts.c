@@ -12,6 +12,9 @@
  * run on it and on C threads that never take the GIL, spinning a short while
  * between jobs (a part handed to a spinning thread costs under 1 us).
  *
+ * A call that cannot allocate its workspace (the blocked GEMM's packed operands)
+ * says so in its Task; run_parts raises MemoryError after the run.
+ *
  * A part's calls run in the order they were recorded, on one thread. So a
  * part may only *prepare* work: compute arguments, allocate arrays, and call
  * entry points that record; it must not read what its recorded calls write
@@ -97,7 +100,10 @@ PyObject *submit(Task *task)
     Py_BEGIN_ALLOW_THREADS
     task->run(task);
     Py_END_ALLOW_THREADS
+    const char *out_of_memory = task->out_of_memory;
     discard(task);
+    if (out_of_memory)
+        return PyErr_Format(PyExc_MemoryError, "%s", out_of_memory);
     Py_RETURN_NONE;
 }
 
@@ -107,16 +113,22 @@ void note_immediate_run(const char *name)
         recording.first_immediate = name;
 }
 
-static void discard_parts(Task **heads, Py_ssize_t count)
+/* Release and free every part's calls; the first out_of_memory of those that ran
+ * (NULL if none). */
+static const char *discard_parts(Task **heads, Py_ssize_t count)
 {
+    const char *out_of_memory = NULL;
     for (Py_ssize_t part = 0; part < count; part++) {
         Task *task = heads[part];
         while (task) {
             Task *next = task->next;
+            if (!out_of_memory)
+                out_of_memory = task->out_of_memory;
             discard(task);
             task = next;
         }
     }
+    return out_of_memory;
 }
 
 /* == the pool ========================================================================== */
@@ -328,11 +340,13 @@ static PyObject *record_and_run(PyObject *work, Py_ssize_t count, int threads)
         if (helpers > 0)
             atomic_store(&pool_busy, 0);
     }
-    discard_parts(heads, count);
+    const char *out_of_memory = discard_parts(heads, count);
     PyMem_Free(heads);
     PyMem_Free(tails);
     if (failed)
         return NULL;
+    if (out_of_memory)
+        return PyErr_Format(PyExc_MemoryError, "%s", out_of_memory);
     Py_RETURN_NONE;
 }
 

@@ -289,8 +289,25 @@ PyObject *py_max_pool_grad(PyObject *self, PyObject *args)
     return submit(&call->task);
 }
 
+typedef struct {
+    Task task;
+    char kind;
+    int forward;
+    void *x, *patches;
+    ConvGeometry g;
+} PatchesCall;
+
+static void run_convert_patches(Task *task)
+{
+    PatchesCall *c = (PatchesCall *)task;
+    if (c->forward)
+        BY_KIND(c->kind, im2col, c->x, c->patches, &c->g);
+    else
+        BY_KIND(c->kind, col2im, c->patches, c->x, &c->g);
+}
+
 /* im2col (forward) or col2im (not forward): the two directions between an
- * NHWC image array and its patch matrix. */
+ * NHWC image array and its patch matrix. Both record under run_parts. */
 static PyObject *convert_patches(PyObject *args, int forward)
 {
     PyObject *shape, *x_obj, *patches_obj;
@@ -308,20 +325,20 @@ static PyObject *convert_patches(PyObject *args, int forward)
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
-    Views views = {.held = 0};
-    void *x, *patches;
-    if (take(&views, x_obj, !forward, kind, SIZES(g.n, g.h, g.w, g.c), "x", &x) < 0
-        || take(&views, patches_obj, forward, kind, SIZES(g.n, g.oh, g.ow, g.kh, g.kw, g.c),
-                "patches", &patches) < 0) {
-        release_all(&views);
+    PatchesCall *call = new_task(sizeof *call, run_convert_patches);
+    if (!call)
+        return NULL;
+    Views *views = &call->task.views;
+    if (take(views, x_obj, !forward, kind, SIZES(g.n, g.h, g.w, g.c), "x", &call->x) < 0
+        || take(views, patches_obj, forward, kind, SIZES(g.n, g.oh, g.ow, g.kh, g.kw, g.c),
+                "patches", &call->patches) < 0) {
+        discard(&call->task);
         return NULL;
     }
-    if (forward)
-        RUN_WITHOUT_GIL(kind, im2col, x, patches, &g);
-    else
-        RUN_WITHOUT_GIL(kind, col2im, patches, x, &g);
-    release_all(&views);
-    Py_RETURN_NONE;
+    call->kind = kind;
+    call->forward = forward;
+    call->g = g;
+    return submit(&call->task);
 }
 
 PyObject *py_im2col(PyObject *self, PyObject *args)
