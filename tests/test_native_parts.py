@@ -176,6 +176,9 @@ def test_another_python_threads_calls_run_at_once_while_one_records():
     np.testing.assert_array_equal(recorded, expected)
 
 
+# (JAX, when another test has imported it, warns that forking a multithreaded
+# process may deadlock: the child here only runs NumPy and the compiled kernels)
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def test_the_pool_works_in_a_forked_child():
     x, coefficients = random_rows(256, seed=9)
     native.run_parts(lambda part: batch_norm_rows(x, coefficients, np.empty_like(x),
