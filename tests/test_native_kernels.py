@@ -316,6 +316,27 @@ def test_the_compiled_gemm_refuses_mismatched_shapes_by_name():
 
 
 @needs_vector_gemm
+@needs_vector_gemm
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("depth", [1000, 3000, 10000])     # unpacked, either, chunked
+@pytest.mark.parametrize("columns", [32, 64])
+def test_a_split_product_gives_the_whole_products_bits(dtype, depth, columns):
+    # blocks of columns or rows (a split GEMM's parts) take the whole product's
+    # kernel, so each element sums in the same order
+    rng = np.random.default_rng(depth + columns)
+    a = rng.standard_normal((depth, 48)).astype(dtype)        # a.T @ b, a stored [K, M]
+    b = rng.standard_normal((depth, columns)).astype(dtype)
+    whole = np.empty((48, columns), dtype)
+    assert native.gemm(a, b, whole, transpose_a=True)
+    lanes = 64 // np.dtype(dtype).itemsize
+    for block in ({"columns": (0, lanes)}, {"columns": (lanes, columns)},
+                  {"rows": (0, 24)}, {"rows": (24, 48)}):
+        part = np.full_like(whole, np.nan)
+        assert native.gemm(a, b, part, transpose_a=True, **block)
+        rows, cols = (slice(*block.get("rows", (0, 48))), slice(*block.get("columns", (0, columns))))
+        np.testing.assert_array_equal(part[rows, cols], whole[rows, cols])
+
+
 def test_the_compiled_gemm_gives_the_same_bits_on_every_thread():
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((60, 50)).astype(np.float32), \

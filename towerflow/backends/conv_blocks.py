@@ -78,7 +78,7 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
     # loop, or im2col and the compiled GEMM block by block, with no finish
     compiled = finish is None and (
         keep_product and fast.loops_compiled(x, y, kept) if fast is not None
-        else _gemm_compiled(width, w2d))
+        else native.float_arrays(x, w2d) and _gemm_compiled(width, w2d))
     _run_parts(parallel, part, parts, n * rows_per_image * depth * width, compiled)
     return patches, y
 

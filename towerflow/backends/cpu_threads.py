@@ -66,8 +66,10 @@ class Serial:
         """``work(part)`` for every part, where each part only *prepares*
         compiled kernels: it calls the native kernels that record (see
         native.run_parts) and allocates arrays, and reads nothing those calls
-        write; no NumPy work on the arrays. On the pool the kernels then run
-        on C threads without the GIL; here, at once."""
+        write; no NumPy work on the arrays, and no call of a function that
+        runs parts and then reads their results (nested, their calls record
+        into this part too). On the pool the kernels then run on C threads
+        without the GIL; here, at once."""
         self.run(work, count)
 
     def for_ranges(self, size, work, align=1):

@@ -500,15 +500,18 @@ static int read_gemm_geometry(PyObject *shape, GemmGeometry *g)
         const T *a_ = (const T *)(a) + (g).first_row * a_row;                           \
         const T *b_ = (const T *)(b) + (g).first_column * b_col;                        \
         T *c_ = (T *)(c) + (g).first_row * (g).n + (g).first_column;                    \
+        /* NOTE: chosen by the whole product's width n, never the block's: a split  \
+         * product's blocks then sum each element in the whole one's order. */      \
         const int narrow = !(g).transpose_b && (g).columns % (LANES) == 0               \
-            && (g).columns > 0 && (g).columns <= UNPACKED_MAX_VECTORS * (LANES);        \
+            && (g).n % (LANES) == 0 && (g).n > 0                                        \
+            && (g).n <= UNPACKED_MAX_VECTORS * (LANES);                                 \
         /* the inner rows whose B rows fit UNPACKED_MAX_B_BYTES */                      \
         const Py_ssize_t chunk = narrow ? UNPACKED_MAX_B_BYTES                          \
-                                 / ((g).columns * (Py_ssize_t)sizeof(T)) : 0;           \
+                                 / ((g).n * (Py_ssize_t)sizeof(T)) : 0;                 \
         if (narrow && (g).k <= chunk)                                                   \
             gemm_##SUFFIX(a_, a_row, a_col, b_, b_row, c_, (g).n, (g).rows, (g).k,      \
                           (g).columns, 0);                                              \
-        else if (narrow && (g).transpose_a && (g).columns <= 2 * (LANES))               \
+        else if (narrow && (g).transpose_a && (g).n <= 2 * (LANES))                     \
             /* a deep a^T @ b of up to 2 vectors of columns: in chunks of inner rows */ \
             for (Py_ssize_t k0 = 0; k0 < (g).k; k0 += chunk)                            \
                 gemm_##SUFFIX(a_ + k0 * a_col, a_row, a_col, b_ + k0 * b_row, b_row, c_, \

@@ -144,6 +144,7 @@ static struct {
     _Atomic uint64_t claims;     /* job number << 32 | the next unclaimed part */
     _Atomic int done;            /* parts finished (an int: the caller's futex) */
     _Atomic int caller_sleeps;
+    _Atomic int helpers;         /* helpers 1..helpers may take parts (`threads` - 1) */
 } job;
 
 static _Atomic int job_seq;          /* the job number, once its parts may be claimed */
@@ -177,15 +178,16 @@ static void futex_wake(_Atomic int *address)
 #endif
 }
 
-/* Spin until *address differs from value, then sleep on it (sleepers counts the
- * sleeping threads, so that the changer knows to wake them). */
-static void wait_for_change(_Atomic int *address, int value, _Atomic int *sleepers)
+/* Spin (up to spin_ns) until *address differs from value, then sleep on it
+ * (sleepers counts the sleeping threads, so that the changer knows to wake them). */
+static void wait_for_change(_Atomic int *address, int value, _Atomic int *sleepers,
+                            long spin_ns)
 {
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (unsigned spins = 1; atomic_load(address) == value; spins++) {
         CPU_RELAX();
-        if (spins % 256 == 0 && elapsed_ns(&start) > SPIN_NS) {
+        if ((spins % 256 == 0 && elapsed_ns(&start) > spin_ns) || spin_ns == 0) {
             atomic_fetch_add(sleepers, 1);
             while (atomic_load(address) == value)
                 futex_wait(address, value);
@@ -211,18 +213,24 @@ static void run_claimed_parts(uint32_t number)
     }
 }
 
-static void *serve(void *unused)
+/* Helper number `index` (1, 2, ...): the parts of each job that lets it join. One
+ * left out (started for a bigger pool than the job's) sleeps again at once. */
+static void *serve(void *index)
 {
-    (void)unused;
-    int seen = atomic_load(&job_seq);
+    const int number_of_this_helper = (int)(intptr_t)index;
+    int seen = atomic_load(&job_seq), joined = 1;
     for (;;) {
-        wait_for_change(&job_seq, seen, &helpers_asleep);
+        wait_for_change(&job_seq, seen, &helpers_asleep, joined ? SPIN_NS : 0);
         seen = atomic_load(&job_seq);
-        run_claimed_parts((uint32_t)seen);
+        joined = number_of_this_helper <= atomic_load(&job.helpers);
+        if (joined)
+            run_claimed_parts((uint32_t)seen);
     }
     return NULL;
 }
 
+/* Helpers 1..wanted started (as many as could be: a failed pthread_create is
+ * tried again by the next job); how many of them this job may use. */
 static int start_helpers(int wanted)
 {
     if (wanted > MAX_HELPERS)
@@ -232,20 +240,22 @@ static int start_helpers(int wanted)
         pthread_t thread;
         pthread_attr_init(&attributes);
         pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-        int failed = pthread_create(&thread, &attributes, serve, NULL);
+        int failed = pthread_create(&thread, &attributes, serve,
+                                    (void *)(intptr_t)(helpers_started + 1));
         pthread_attr_destroy(&attributes);
         if (failed)
             break;
         helpers_started++;
     }
-    return helpers_started;
+    return helpers_started < wanted ? helpers_started : wanted;
 }
 
-/* Every part's calls, on the caller and the helpers; back when all have run. */
-static void run_job(Task **parts, Py_ssize_t count)
+/* Every part's calls, on the caller and helpers 1..helpers; back when all have run. */
+static void run_job(Task **parts, Py_ssize_t count, int helpers)
 {
     const uint32_t number = (uint32_t)atomic_load(&job_seq) + 1;
     job.parts = parts;
+    atomic_store(&job.helpers, helpers);
     atomic_store(&job.count, count);
     atomic_store(&job.done, 0);
     atomic_store(&job.caller_sleeps, 0);
@@ -329,15 +339,15 @@ static PyObject *record_and_run(PyObject *work, Py_ssize_t count, int threads)
     }
     recording.active = 0;
     if (!failed) {
-        int helpers = threads > 1 && count > 1 && !atomic_exchange(&pool_busy, 1)
-                      ? start_helpers(threads - 1) : 0;
+        const int pool = threads > 1 && count > 1 && !atomic_exchange(&pool_busy, 1);
+        const int helpers = pool ? start_helpers(threads - 1) : 0;
         Py_BEGIN_ALLOW_THREADS
         if (helpers > 0)
-            run_job(heads, count);
+            run_job(heads, count, helpers);
         else
             run_serially(heads, count);
         Py_END_ALLOW_THREADS
-        if (helpers > 0)
+        if (pool)
             atomic_store(&pool_busy, 0);
     }
     const char *out_of_memory = discard_parts(heads, count);
