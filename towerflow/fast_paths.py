@@ -76,8 +76,9 @@ FAST_PATHS = (
              "the CPU thread pool: convolutions, GEMMs and big elementwise ops in parts",
              "towerflow.backends.cpu_threads:WorkerPool._run", live=_cpu_pool_workers),
     FastPath("c_threads", "TOWERFLOW_C_THREADS", "1", "0",
-             "the pool's parts of compiled kernels (Winograd convolutions, batch norm, max "
-             "pool gradients) recorded, then run on C threads without the GIL",
+             "the pool's parts of compiled kernels (convolutions, GEMMs, Winograd's filter "
+             "transforms, batch norm, max pool gradients) recorded, then run on C threads "
+             "without the GIL",
              "towerflow.backends.native:run_parts"),
     FastPath("cache_blocks", "TOWERFLOW_CACHE_BLOCK_BYTES", None, "0",
              "convolutions in blocks of images whose patches fit in a core's cache",

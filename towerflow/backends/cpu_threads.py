@@ -12,8 +12,9 @@ NumPy releases the GIL inside ufunc loops, copies and BLAS calls, so the
 threads really run side by side. A part's work never depends on which thread
 runs it or when, so results are bit-identical run after run.
 
-Kernels whose parts each only prepare compiled calls (the Winograd
-convolutions, batch norm, max pool gradients) use ``run_compiled`` instead:
+Kernels whose parts each only prepare compiled calls (the convolutions and
+GEMMs on the compiled kernels, Winograd's filter transforms, batch norm, max
+pool gradients) use ``run_compiled`` instead:
 the calling thread runs every part's Python, the compiled calls are recorded,
 and they run on C threads that never take the GIL (native.run_parts): a
 hand-off to a Python thread cost about 50 us on a 2-core VM, one to a

@@ -340,9 +340,9 @@ def run_parts(work, count, threads):
     """``work(part)`` for each of ``count`` parts on this thread, the calls it
     makes to the kernels that record (winograd_conv, winograd_grad_sums,
     winograd_filter, the batch norm kernels, max_pool, max_pool_grad, im2col,
-    col2im, gemm) recorded; then those calls
-    run with the GIL released, the parts spread over up to ``threads``
-    threads, each part's calls in order, and this returns when all have run.
+    col2im, gemm) recorded; then those calls run with the GIL released, the
+    parts spread over up to ``threads`` threads, each part's calls in order,
+    and this returns when all have run.
     A part must not read what its calls write, nor run NumPy work on their
     arrays (see cpu_threads.Serial.run_compiled); a kernel that cannot record
     called from a part raises RuntimeError."""
