@@ -45,6 +45,7 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
     per_block = _images_per_cache_block(
         rows_per_image * depth * x.itemsize if fast is None else fast.bytes_per_image())
     ranges = split(n, parts)
+    compiled_loop = fast is not None and finish is None and keep_product
 
     def part(index):
         first, last = ranges[index]
@@ -52,7 +53,6 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
         patch_scratch = None if keep_patches or fast is not None else \
             xp.empty((block_rows, depth), x.dtype)
         product_scratch = None if keep_product else xp.empty((block_rows, width), dtype)
-        compiled_loop = fast is not None and finish is None and keep_product
         # the compiled loop transforms each block into the workspace, then copies
         # it to the kept tiles; block by block, the transform writes there itself
         workspace = None if fast is None else \
@@ -76,9 +76,9 @@ def im2col_matmul_cached(xp, parallel, x, w2d, lay, finish, parts, keep_product=
                 finish(product, slice(start, stop))
     # only compiled calls in a part (they record, see run_compiled): Winograd's one
     # loop, or im2col and the compiled GEMM block by block, with no finish
-    compiled = finish is None and (
-        keep_product and fast.loops_compiled(x, y, kept) if fast is not None
-        else native.float_arrays(x, w2d) and _gemm_compiled(width, w2d))
+    compiled = fast.loops_compiled(x, y, kept) if compiled_loop else \
+        fast is None and finish is None and native.float_arrays(x, w2d) and \
+        native.gemm_takes(width, w2d)
     _run_parts(parallel, part, parts, n * rows_per_image * depth * width, compiled)
     return patches, y
 
@@ -114,7 +114,7 @@ def matmul_col2im_cached(xp, parallel, x_shape, grad2d, lay, w):
             _matmul(xp, grad2d[start * rows_per_image:stop * rows_per_image], w2d_t, block)
             _compiled(native.col2im(block, lay, dx[start:stop]), "col2im", dx.dtype)
     _run_parts(parallel, part, len(ranges), flops,
-               _gemm_compiled(depth, grad2d, w2d_t) and native.accepts(dx))
+               native.gemm_takes(depth, grad2d, w2d_t) and native.accepts(dx))
     return dx
 
 
@@ -172,12 +172,6 @@ def _matmul(xp, a, b, out):
     OpenBLAS's single-threaded speed on these thin products, see native.py)."""
     if not (native.vector_columns(out.shape[1], out.dtype) and native.gemm(a, b, out)):
         xp.matmul(a, b, out=out)
-
-
-def _gemm_compiled(width, *matrices):
-    """Whether :func:`_matmul` runs the compiled GEMM for products ``width``
-    columns wide of these operands (and rows and products made like them)."""
-    return native.vector_columns(width, matrices[0].dtype) and native.gemm_applies(*matrices)
 
 
 def _images_per_cache_block(bytes_per_image):

@@ -229,6 +229,12 @@ def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=Non
     return True
 
 
+def gemm_takes(columns, *arrays):
+    """Whether :func:`gemm` takes these arrays for a product ``columns`` wide
+    and wins there (whole vectors of columns, see :func:`vector_columns`)."""
+    return vector_columns(columns, arrays[0].dtype) and gemm_applies(*arrays)
+
+
 def gemm_applies(*arrays):
     """Whether :func:`gemm` takes these arrays (operands and output alike:
     C-contiguous 2-D float32 or float64 NumPy arrays of one dtype, on a CPU

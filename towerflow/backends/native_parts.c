@@ -60,8 +60,7 @@ static struct {
     unsigned long thread;   /* the recording thread's PyThread_get_thread_ident() */
     Task **heads, **tails;  /* each part's calls, in order */
     Py_ssize_t part;        /* the part being recorded */
-    long immediate;         /* calls that ran at once while recording */
-    const char *first_immediate;
+    const char *immediate;  /* the first kernel that ran at once while recording */
 } recording;
 
 static int recording_here(void)
@@ -109,8 +108,8 @@ PyObject *submit(Task *task)
 
 void note_immediate_run(const char *name)
 {
-    if (recording_here() && recording.immediate++ == 0)
-        recording.first_immediate = name;
+    if (recording_here() && !recording.immediate)
+        recording.immediate = name;
 }
 
 /* Release and free every part's calls; the first out_of_memory of those that ran
@@ -143,7 +142,7 @@ static struct {
     _Atomic Py_ssize_t count;
     _Atomic uint64_t claims;     /* job number << 32 | the next unclaimed part */
     _Atomic int done;            /* parts finished (an int: the caller's futex) */
-    _Atomic int caller_sleeps;
+    _Atomic int caller_sleeps;   /* 1 while the caller sleeps on done (see wait_for_change) */
     _Atomic int helpers;         /* helpers 1..helpers may take parts (`threads` - 1) */
 } job;
 
@@ -197,6 +196,12 @@ static void wait_for_change(_Atomic int *address, int value, _Atomic int *sleepe
     }
 }
 
+static void run_part(Task *task)
+{
+    for (; task; task = task->next)
+        task->run(task);
+}
+
 static void run_claimed_parts(uint32_t number)
 {
     for (;;) {
@@ -206,9 +211,9 @@ static void run_claimed_parts(uint32_t number)
             return;
         if (!atomic_compare_exchange_weak(&job.claims, &claims, claims + 1))
             continue;
-        for (Task *task = job.parts[part]; task; task = task->next)
-            task->run(task);
-        if (atomic_fetch_add(&job.done, 1) + 1 == count && atomic_load(&job.caller_sleeps))
+        run_part(job.parts[part]);
+        atomic_fetch_add(&job.done, 1);
+        if (atomic_load(&job.caller_sleeps))
             futex_wake(&job.done);
     }
 }
@@ -258,33 +263,19 @@ static void run_job(Task **parts, Py_ssize_t count, int helpers)
     atomic_store(&job.helpers, helpers);
     atomic_store(&job.count, count);
     atomic_store(&job.done, 0);
-    atomic_store(&job.caller_sleeps, 0);
     atomic_store(&job.claims, (uint64_t)number << 32);
     atomic_store(&job_seq, (int)number);
     if (atomic_load(&helpers_asleep))
         futex_wake(&job_seq);
     run_claimed_parts(number);
-    int done = atomic_load(&job.done);
-    if (done < count) {
-        struct timespec start;
-        clock_gettime(CLOCK_MONOTONIC, &start);
-        for (unsigned spins = 1; (done = atomic_load(&job.done)) < count; spins++) {
-            CPU_RELAX();
-            if (spins % 256 == 0 && elapsed_ns(&start) > SPIN_NS) {
-                atomic_store(&job.caller_sleeps, 1);
-                while ((done = atomic_load(&job.done)) < count)
-                    futex_wait(&job.done, done);
-                break;
-            }
-        }
-    }
+    for (int done; (done = atomic_load(&job.done)) < count;)
+        wait_for_change(&job.done, done, &job.caller_sleeps, SPIN_NS);
 }
 
 static void run_serially(Task **parts, Py_ssize_t count)
 {
     for (Py_ssize_t part = 0; part < count; part++)
-        for (Task *task = parts[part]; task; task = task->next)
-            task->run(task);
+        run_part(parts[part]);
 }
 
 static void forget_pool_after_fork(void)
@@ -325,7 +316,7 @@ static PyObject *record_and_run(PyObject *work, Py_ssize_t count, int threads)
     recording.thread = PyThread_get_thread_ident();
     recording.heads = heads;
     recording.tails = tails;
-    recording.immediate = 0;
+    recording.immediate = NULL;
     int failed = 0;
     for (Py_ssize_t part = 0; part < count && !failed; part++) {
         recording.part = part;
@@ -333,7 +324,7 @@ static PyObject *record_and_run(PyObject *work, Py_ssize_t count, int threads)
         if (!failed && recording.immediate) {
             PyErr_Format(PyExc_RuntimeError, "run_parts: part %zd called %s, which runs at "
                          "once instead of recording: parts may only call the kernels that "
-                         "record (see native_parts.c)", part, recording.first_immediate);
+                         "record (see native_parts.c)", part, recording.immediate);
             failed = 1;
         }
     }

@@ -122,16 +122,11 @@ def _row_major(matrix, transposed):
 
 def _transposed_product(xp, a, b):
     """a.T @ b, by the compiled GEMM where it applies and wins (see native.py)."""
-    if _compiled_transposed_product(a, b):
+    if native.gemm_takes(b.shape[1], a, b):
         out = xp.empty((a.shape[1], b.shape[1]), xp.result_type(a, b))
         if native.gemm(a, b, out, transpose_a=True):
             return out
     return xp.matmul(a.T, b)
-
-
-def _compiled_transposed_product(a, b):
-    """Whether native.gemm takes a.T @ b (and wins: whole vectors of columns)."""
-    return native.vector_columns(b.shape[1], b.dtype) and native.gemm_applies(a, b)
 
 
 def matmul_over_rows(xp, parallel, a, b):
@@ -149,7 +144,7 @@ def matmul_over_rows(xp, parallel, a, b):
         start, stop = ranges[index]
         partial[index] = _transposed_product(xp, a[start:stop], b[start:stop])
     # each part one compiled GEMM where it applies (it records: see run_compiled)
-    run = parallel.run_compiled if _compiled_transposed_product(a, b) else parallel.run
+    run = parallel.run_compiled if native.gemm_takes(b.shape[1], a, b) else parallel.run
     run(part, parts)
     total = partial[0]
     for value in partial[1:]:
