@@ -37,7 +37,7 @@ class FastPath:
     off: str
     description: str
     probe: str                 # "module:attr.attr": called only on the fast path
-    devices: tuple = ("CPU",)  # the device types it runs on
+    devices: tuple = ("CPU",)  # the device types it runs on (none: the input pipeline)
     live: Callable[[bool], Callable[[], None]] | None = None
     more_probes: tuple = ()    # further "module:attr"s, each called only on the fast path
 
@@ -86,6 +86,12 @@ FAST_PATHS = (
     FastPath("cuda_graphs", "TOWERFLOW_CUDA_GRAPHS", "1", "0",
              "a GPU plan's steps captured once as CUDA graphs, then replayed",
              "towerflow.plan_capture:_CapturedStep.replay", devices=("GPU",)),
+    # NOTE: not a kernel: no device runs it, so the networks trained per device
+    # never reach it; tests/test_differential.py trains a recipe through fit
+    # with it on and off instead.
+    FastPath("data_ring", "TOWERFLOW_DATA_RING", "1", "0",
+             "input pipelines make each batch in place into a ring of reused buffers",
+             "towerflow.data.batch_ring:BatchRing.make", devices=()),
 )
 
 
