@@ -193,13 +193,7 @@ class WorkerPool(Serial):
         return _BlasThreads(self._blas_threads)
 
     def run(self, work, count):
-        if count <= 1 or self.workers == 1 or not self._busy.acquire(blocking=False):
-            return Serial.run(self, work, count)
-        try:
-            self._start()
-            self._run(work, count)
-        finally:
-            self._busy.release()
+        self._holding_the_pool(self._run, work, count)
 
     def run_compiled(self, work, count):
         # NOTE: the parts' Python runs here, their kernels on native.run_parts's C
@@ -207,13 +201,22 @@ class WorkerPool(Serial):
         # about 50 us on the 2-core VM, one to a spinning C thread under 1 us.
         if not native.available() or os.environ.get("TOWERFLOW_C_THREADS", "1") == "0":
             return self.run(work, count)
+        self._holding_the_pool(self._run_on_c_threads, work, count)
+
+    def _holding_the_pool(self, runner, work, count):
+        """``runner(work, count)`` with the pool held and started; serially
+        instead for one part, one worker, or a pool already busy (a call from a
+        part, or from a second Python thread)."""
         if count <= 1 or self.workers == 1 or not self._busy.acquire(blocking=False):
             return Serial.run(self, work, count)
         try:
             self._start()
-            native.run_parts(work, count, self.workers)
+            runner(work, count)
         finally:
             self._busy.release()
+
+    def _run_on_c_threads(self, work, count):
+        native.run_parts(work, count, self.workers)
 
     def _run(self, work, count):
         job = _Job(work, count)

@@ -322,14 +322,6 @@ def filter_gradient(products, algorithm, parallel=SERIAL):
     return dw.reshape(window, window, channels, out_channels)
 
 
-def _added_in_order(stack):
-    """stack[0] + stack[1] + ... in the stack's dtype, one after another."""
-    total = stack[0].copy()
-    for grid in stack[1:]:
-        total += grid
-    return total
-
-
 def _ran(done, transform, array):
     """Check that a compiled transform ran (:func:`applies` chose this path, so
     a refusal would leave the output unwritten)."""
@@ -366,7 +358,9 @@ def _both_axes(matrix, grid, parallel=SERIAL):
                                                                   *ranges[part]), len(ranges))
         return out
     if grid.ndim == 4:
-        grid = _added_in_order(grid)
+        # NOTE: a reduction over the leading axis adds the grids one after another,
+        # in order, in their dtype (as native_batch_norm's block sums rely on)
+        grid = grid.sum(axis=0)
     both = np.kron(matrix, matrix) @ grid.astype(np.float64).reshape(
         grid.shape[0] * grid.shape[1], -1)
     return both.reshape(rows, rows, -1).astype(grid.dtype)
