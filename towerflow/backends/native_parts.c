@@ -134,13 +134,23 @@ static const char *discard_parts(Task **heads, Py_ssize_t count)
 
 /* One job at a time (pool_busy). Its parts are claimed by the caller and the
  * helpers alike, so a stalled thread holds up one part only. A claim is a
- * compare-and-swap of (job number, next part) in one word: a helper late
- * from the last job fails it, instead of taking a part of the next job that
- * is also claimed by another thread. */
+ * compare-and-swap of (job number, the parts' claims) in one word: a helper
+ * late from the last job fails it, instead of taking a part of the next job
+ * that is also claimed by another thread.
+ *
+ * The parts' claims: in a job of at most MASK_PARTS parts, a mask of the
+ * claimed parts (the bits from `count` on set from the start), and each thread
+ * claims its home parts first: thread t of T takes parts [count t / T, count
+ * (t + 1) / T) when none is late. The kernels split the batch alike, so each
+ * thread then reads the rows it wrote in the kernel before: data written by
+ * the other core read 1.5x slower on the 2-core VM (measured: a NumPy add of
+ * a batch-norm output, 94-103 us when the pool wrote it, 67 us when one core
+ * did), and with parts taken in order whichever thread came first took part
+ * 0. In a bigger job, COUNTER_MODE | the next unclaimed part. */
 static struct {
     Task **parts;
     _Atomic Py_ssize_t count;
-    _Atomic uint64_t claims;     /* job number << 32 | the next unclaimed part */
+    _Atomic uint64_t claims;     /* job number << 32 | the parts' claims (above) */
     _Atomic int done;            /* parts finished (an int: the caller's futex) */
     _Atomic int caller_sleeps;   /* 1 while the caller sleeps on done (see wait_for_change) */
     _Atomic int helpers;         /* helpers 1..helpers may take parts (`threads` - 1) */
@@ -202,19 +212,67 @@ static void run_part(Task *task)
         task->run(task);
 }
 
-static void run_claimed_parts(uint32_t number)
+#define MASK_PARTS 31
+#define COUNTER_MODE ((uint64_t)1 << 31)
+
+/* The claims word of a new job (see job). */
+static uint64_t first_claims(uint32_t number, Py_ssize_t count)
 {
+    uint64_t parts = count > MASK_PARTS ? COUNTER_MODE
+                                        : (COUNTER_MODE - 1) & ~(((uint64_t)1 << count) - 1);
+    return (uint64_t)number << 32 | parts;
+}
+
+/* Claim a part of job `number`: `part` itself if the job has a mask, else the next
+ * in order. The part claimed, -1 if none is left (or the job is another's), or
+ * -2 if `part` was taken already. Whatever `count` a late helper read, the word
+ * alone decides: a job's count is stored after its claims (run_job), so a count
+ * newer than the word read fails the compare-and-swap. */
+static Py_ssize_t claim(uint32_t number, Py_ssize_t part, Py_ssize_t count)
+{
+    uint64_t claims = atomic_load(&job.claims);
     for (;;) {
-        uint64_t claims = atomic_load(&job.claims);
-        Py_ssize_t part = (Py_ssize_t)(uint32_t)claims, count = atomic_load(&job.count);
-        if ((uint32_t)(claims >> 32) != number || part >= count)
+        if ((uint32_t)(claims >> 32) != number)
+            return -1;
+        uint64_t wanted;
+        if (claims & COUNTER_MODE) {
+            part = (Py_ssize_t)(claims & (COUNTER_MODE - 1));
+            if (part >= count)
+                return -1;
+            wanted = claims + 1;
+        } else if ((uint32_t)claims == (uint32_t)(COUNTER_MODE - 1)) {
+            return -1;
+        } else if (part >= MASK_PARTS || claims >> part & 1) {
+            return -2;
+        } else {
+            wanted = claims | (uint64_t)1 << part;
+        }
+        if (atomic_compare_exchange_weak(&job.claims, &claims, wanted))
+            return part;
+    }
+}
+
+static void run_one_part(Py_ssize_t part)
+{
+    run_part(job.parts[part]);
+    atomic_fetch_add(&job.done, 1);
+    if (atomic_load(&job.caller_sleeps))
+        futex_wake(&job.done);
+}
+
+/* The parts of job `number` that thread `thread` (0: the caller, 1..: helpers) can
+ * claim, its home parts first (see job). */
+static void run_claimed_parts(uint32_t number, int thread)
+{
+    const Py_ssize_t count = atomic_load(&job.count);
+    const Py_ssize_t threads = (Py_ssize_t)atomic_load(&job.helpers) + 1;
+    const Py_ssize_t home = count > 0 ? count * (thread % threads) / threads : 0;
+    for (Py_ssize_t step = 0;; step++) {
+        Py_ssize_t part = claim(number, count > 0 ? (home + step) % count : 0, count);
+        if (part == -1)
             return;
-        if (!atomic_compare_exchange_weak(&job.claims, &claims, claims + 1))
-            continue;
-        run_part(job.parts[part]);
-        atomic_fetch_add(&job.done, 1);
-        if (atomic_load(&job.caller_sleeps))
-            futex_wake(&job.done);
+        if (part >= 0)
+            run_one_part(part);
     }
 }
 
@@ -229,7 +287,7 @@ static void *serve(void *index)
         seen = atomic_load(&job_seq);
         joined = number_of_this_helper <= atomic_load(&job.helpers);
         if (joined)
-            run_claimed_parts((uint32_t)seen);
+            run_claimed_parts((uint32_t)seen, number_of_this_helper);
     }
     return NULL;
 }
@@ -261,13 +319,13 @@ static void run_job(Task **parts, Py_ssize_t count, int helpers)
     const uint32_t number = (uint32_t)atomic_load(&job_seq) + 1;
     job.parts = parts;
     atomic_store(&job.helpers, helpers);
-    atomic_store(&job.count, count);
     atomic_store(&job.done, 0);
-    atomic_store(&job.claims, (uint64_t)number << 32);
+    atomic_store(&job.claims, first_claims(number, count));
+    atomic_store(&job.count, count);         /* after the claims: see claim() */
     atomic_store(&job_seq, (int)number);
     if (atomic_load(&helpers_asleep))
         futex_wake(&job_seq);
-    run_claimed_parts(number);
+    run_claimed_parts(number, 0);
     for (int done; (done = atomic_load(&job.done)) < count;)
         wait_for_change(&job.done, done, &job.caller_sleeps, SPIN_NS);
 }
