@@ -34,7 +34,13 @@ from conftest import split_cpu
 import towerflow as tf
 from towerflow import data as tf_data
 from towerflow import fast_paths, training
-from towerflow.backends import conv_blocks, cpu_threads, native, native_updates
+from towerflow.backends import (
+    aligned_memory,
+    conv_blocks,
+    cpu_threads,
+    native,
+    native_updates,
+)
 from towerflow.recipes.cifar10 import RECIPE
 from towerflow.recipes.digits import DigitsRecipe
 
@@ -295,7 +301,9 @@ def run_switched(probes, off, *args, **kwargs):
 
 
 # Probes of kernels that decline on this machine: the compiled GEMMs need AVX-512.
-DECLINED = set() if native.VECTOR_GEMM else {"towerflow.backends.parallel_gemm:_split_gemm"}
+# The aligned allocator is a module of its own, built only with NumPy's headers.
+DECLINED = (set() if native.VECTOR_GEMM else {"towerflow.backends.parallel_gemm:_split_gemm"}) | \
+    (set() if aligned_memory.built() else {"towerflow.backends.aligned_memory:_Aligned.__enter__"})
 
 
 def assert_ran(probes, off, paths=CPU_PATHS):

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import dtypes, errors, fusion
-from .backends import KernelContext
+from .backends import KernelContext, aligned_memory
 from .graph.core import Operation
 
 
@@ -95,8 +95,9 @@ class Plan:
         """Run every step of the plan on ``slots``."""
         step = None
         try:
-            for step in self._steps:
-                step(slots)
+            with aligned_memory.arrays():
+                for step in self._steps:
+                    step(slots)
         except errors.OpError:
             raise
         except Exception as err:  # a kernel failed: say which op, keep the cause
@@ -108,8 +109,9 @@ class Plan:
         leaving ``run_steps``, the untraced loop, as it is."""
         step = None
         try:
-            for index, step in enumerate(self._steps):
-                observe(index, step, slots)
+            with aligned_memory.arrays():
+                for index, step in enumerate(self._steps):
+                    observe(index, step, slots)
         except errors.OpError:
             raise
         except Exception as err:
