@@ -16,8 +16,9 @@ SIZES = [4096, 4097, 5000, 65536 + 4, 1 << 22, (1 << 25) + 12]
 
 
 def handler_name():
-    return np.lib.get_handler_name() if hasattr(np.lib, "get_handler_name") \
-        else np._core.multiarray.get_handler_name()
+    # NOTE: numpy.core became numpy._core in NumPy 2 (the old name warns)
+    core = getattr(np, "_core", None) or np.core
+    return core.multiarray.get_handler_name()
 
 
 @pytest.mark.parametrize("nbytes", SIZES)

@@ -5,8 +5,9 @@ three in four big arrays of a cifar10 step began inside a cache line and
 each 64-byte vector of the compiled kernels straddled two lines. While a
 plan's steps run, NumPy allocates its data through ``_aligned_memory``'s
 allocator instead: blocks of 4 KiB or more on 64-byte boundaries. Measured
-on the 2-core VM, the cifar10 step at batch 64, ten processes each
-alternated: 24.7-25.3 ms a step against 24.7-26.6 (8 of 10 pairs faster).
+on the 2-core VM, the cifar10 step at batch 64 with the switch alternated
+within one process (three processes): 25.17 / 25.63 / 25.39 ms a step
+against 25.90 / 26.15 / 25.87 off.
 
 The allocator is NumPy's per-context policy (NEP 49): set around the steps
 only, so the user's own arrays keep NumPy's default. It changes where
