@@ -270,6 +270,9 @@ def test_float16_convolutions_take_the_numpy_path(monkeypatch):
 
 GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (5, 0, 40),
                (0, 4, 32), (9, 600, 64), (13, 20, 48), (13, 9, 80),
+               # tiles of 8 rows (32 = 4 x 8, 22 = 8 + 8 + 6) and of 10 (64 = 6 x 10 +
+               # 4, 42 = 4 x 10 + 2, 18 = 10 + 8), see gemm_f32
+               (32, 40, 32), (22, 3, 32), (64, 36, 48), (42, 11, 16), (18, 5, 16),
                # a.T @ b deeper than one chunk of b's rows (512 KiB): added chunk by chunk
                (27, 12293, 32), (5, 9000, 16)]
 
@@ -279,7 +282,7 @@ GEMM_SHAPES = [(1, 1, 1), (6, 27, 32), (13, 9, 33), (7, 64, 16), (100, 3, 70), (
 @pytest.mark.parametrize("transposed", [False, True], ids=["a@b", "a.T@b"])
 @pytest.mark.parametrize("m, k, n", GEMM_SHAPES)
 def test_the_compiled_gemm_is_a_matrix_product(dtype, transposed, m, k, n):
-    # rows past the kernel's 6-row blocks, columns in two-vector blocks, one
+    # rows past the kernel's 8- and 10-row tiles, columns in two-vector blocks, one
     # vector and both, an empty inner dimension, an empty product, a long inner
     # dimension; widths that are not whole vectors (the blocked kernel's padding);
     # deep a.T @ b in chunks of inner rows, the last one ragged
