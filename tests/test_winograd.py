@@ -329,6 +329,15 @@ def test_the_filter_transform_keeps_nan_and_refuses_bad_shapes():
     out = np.empty((6, 6, 9), np.float32)
     assert native.winograd_filter(g, grid, out)
     assert np.isnan(out[:, :, 4]).all() and not np.isnan(np.delete(out, 4, axis=2)).any()
+    # the filter gradient's G^T M G too, a NaN in any of the 36 terms (F(4x4, 3x3)'s
+    # written-out steps add the terms a row leaves out times 0, as the general one)
+    for term in range(36):
+        products = np.zeros((6, 6, 9), np.float32)
+        products.reshape(36, 9)[term, 4] = np.nan
+        gradient = np.empty((3, 3, 9), np.float32)
+        assert native.winograd_filter(np.ascontiguousarray(g.T), products, gradient)
+        assert np.isnan(gradient[:, :, 4]).all()
+        assert not np.isnan(np.delete(gradient, 4, axis=2)).any()
     with pytest.raises(ValueError, match="out: expected 288 items"):     # 6 * 6 * 8
         native.winograd_filter(g, np.zeros((3, 3, 8), np.float32), out)
     with pytest.raises(ValueError, match="grid: expected 81 items"):     # 3 * 3 * 9
