@@ -23,9 +23,10 @@
  * vector registers (20 accumulators; it only runs where the CPU has AVX-512, see
  * gemm_vectorised): each b vector loaded meets 10 rows instead of the 6 it had. On the
  * cifar10 network's Winograd GEMMs (one core; [tiles, 36, C] by [36, C, O] for C, O
- * of 32 to 128) the filter gradient's products, whose rows are the 32-128 input channels, went from 138-168 to
- * 210-240 GFLOP/s and the forward ones from 170-216 to 193-239; the training step at
- * batch 64 took 4 % less time (24.0 against 25.4 ms, six alternated processes). */
+ * of 32 to 128) the filter gradient's products, whose rows are the 32-128 input
+ * channels, went from 138-168 to 199-240 GFLOP/s and the forward ones from 170-216 to
+ * 193-239; the training step at batch 64 took 4 % less time (24.0 against 25.4 ms,
+ * six alternated processes). */
 #define WIDE_GEMM_ROWS 10
 
 #define STORE_ONE(vec, out, value)                                                      \
