@@ -86,13 +86,13 @@ FAST_PATHS = (
     FastPath("cuda_graphs", "TOWERFLOW_CUDA_GRAPHS", "1", "0",
              "a GPU plan's steps captured once as CUDA graphs, then replayed",
              "towerflow.plan_capture:_CapturedStep.replay", devices=("GPU",)),
-    # NOTE: not a kernel: no device runs it, so the networks trained per device
-    # never reach it; tests/test_differential.py trains a recipe through fit
-    # with it on and off instead.
     FastPath("aligned_arrays", "TOWERFLOW_ALIGNED_ARRAYS", "1", "0",
              "NumPy arrays of 4 KiB or more that a plan's steps allocate start on 64-byte "
              "boundaries (cache lines)",
              "towerflow.backends.aligned_memory:_Aligned.__enter__"),
+    # NOTE: not a kernel: no device runs it, so the networks trained per device
+    # never reach it; tests/test_differential.py trains a recipe through fit
+    # with it on and off instead.
     FastPath("data_ring", "TOWERFLOW_DATA_RING", "1", "0",
              "input pipelines make each batch in place into a ring of reused buffers",
              "towerflow.data.batch_ring:BatchRing.make", devices=()),

@@ -42,6 +42,14 @@
 #define STORE_TWO(vec, lanes, out, low, high)                                           \
     do { STORE_ONE(vec, out, low); STORE_ONE(vec, (out) + (lanes), high); } while (0)
 
+/* column_strip's case for a last tile of `rows` rows (fewer than a whole tile's), the
+ * row count a constant so that the tile's loops unroll. */
+#define LAST_TILE(SUFFIX, rows)                                                         \
+    case rows:                                                                          \
+        register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, rows,  \
+                               width, accumulate);                                      \
+        break;
+
 /* n, the columns, a multiple of LANES (the wrappers refuse other widths: a
  * scalar loop for the last few columns ran at a tenth of OpenBLAS's speed).
  * c(i, j) = sum_p a(i, p) b(p, j) (with accumulate: c(i, j) += that sum), i < m,
@@ -96,24 +104,9 @@ column_strip_##SUFFIX(const T *restrict a, Py_ssize_t a_row, Py_ssize_t a_col,  
     const T *rest_a = a + i * a_row;                                                    \
     T *rest_c = c + i * c_row;                                                          \
     switch (m - i) {                        /* constant row counts: unrolled */         \
-    case 9: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 9,  \
-                                   width, accumulate); break;                           \
-    case 8: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 8,  \
-                                   width, accumulate); break;                           \
-    case 7: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 7,  \
-                                   width, accumulate); break;                           \
-    case 6: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 6,  \
-                                   width, accumulate); break;                           \
-    case 5: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 5,  \
-                                   width, accumulate); break;                           \
-    case 4: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 4,  \
-                                   width, accumulate); break;                           \
-    case 3: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 3,  \
-                                   width, accumulate); break;                           \
-    case 2: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 2,  \
-                                   width, accumulate); break;                           \
-    case 1: register_tile_##SUFFIX(rest_a, a_row, a_col, b, b_row, rest_c, c_row, k, 1,  \
-                                   width, accumulate); break;                           \
+    LAST_TILE(SUFFIX, 9) LAST_TILE(SUFFIX, 8) LAST_TILE(SUFFIX, 7) LAST_TILE(SUFFIX, 6) \
+    LAST_TILE(SUFFIX, 5) LAST_TILE(SUFFIX, 4) LAST_TILE(SUFFIX, 3) LAST_TILE(SUFFIX, 2) \
+    LAST_TILE(SUFFIX, 1)                                                                \
     default: break;                                                                     \
     }                                                                                   \
 }                                                                                       \

@@ -516,7 +516,7 @@ typedef struct {
 #endif
 
 /* Whether mat is F(4x4, 3x3)'s G ([6, 3], winograd.py's _filter_transform(3)) or,
- * transposed, its G^T ([3, 6]): what filter_step_f43 computes. */
+ * transposed, its G^T ([3, 6]): what g_rows and g_columns compute. */
 static int is_f43_g(const double *mat, int transposed)
 {
     static const double g[6][3] = {{1.0 / 4, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6},
@@ -530,56 +530,26 @@ static int is_f43_g(const double *mat, int transposed)
     return 1;
 }
 
-/* One step of winograd_filter on a block copied to local rows (`stride` apart):
- * FILTER_LANES pairs from e on, through vectors of double. */
 #define DEFINE_WINOGRAD_FILTER(T, SUFFIX)                                               \
-static inline __attribute__((always_inline)) void                                       \
-filter_step_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows,         \
-                     Py_ssize_t size, Py_ssize_t stride, Py_ssize_t e)                  \
-{                                                                                       \
-    double_lanes in[MAX_POINTS][MAX_POINTS], half[MAX_POINTS][MAX_POINTS];              \
-    for (Py_ssize_t p = 0; p < size; p++)                                               \
-        for (Py_ssize_t q = 0; q < size; q++) {                                         \
-            T##_lanes v;                                                                \
-            memcpy(&v, grid + (p * size + q) * stride + e, sizeof v);                   \
-            in[p][q] = __builtin_convertvector(v, double_lanes);                        \
-        }                                                                               \
-    for (Py_ssize_t a = 0; a < rows; a++)       /* half[a][q] = sum_p mat[a][p] in[p][q] */ \
-        for (Py_ssize_t q = 0; q < size; q++) {                                         \
-            double_lanes sum = {0};                                                     \
-            for (Py_ssize_t p = 0; p < size; p++)                                       \
-                sum += mat[a * size + p] * in[p][q];                                    \
-            half[a][q] = sum;                                                           \
-        }                                                                               \
-    for (Py_ssize_t a = 0; a < rows; a++)                                               \
-        for (Py_ssize_t b = 0; b < rows; b++) {                                         \
-            double_lanes sum = {0};                                                     \
-            for (Py_ssize_t q = 0; q < size; q++)                                       \
-                sum += mat[b * size + q] * half[a][q];                                  \
-            const T##_lanes rounded = __builtin_convertvector(sum, T##_lanes);          \
-            memcpy(out + (a * rows + b) * stride + e, &rounded, sizeof rounded);        \
-        }                                                                               \
-}                                                                                       \
-                                                                                        \
 /* F(4x4, 3x3)'s two matrices written out (G [6, 3] and G^T [3, 6], the rows of      \
  * _filter_transform's points 0, 1, -1, 2, -2 and infinity), shared sums taken once:  \
- * 162 and 207 operations a pair where the general step takes 324. In double       \
- * like it, the sums grouped otherwise (within a few double ulps of it). Measured in   \
- * the cifar10 step at batch 64: its 18 filter transforms 1.45 -> 1.31 ms.            \
+ * 162 and 207 operations a pair where the general product takes 324. In double like \
+ * it, the sums grouped otherwise (within a few double ulps of it). Measured in the   \
+ * cifar10 step at batch 64: its 18 filter transforms 1.45 -> 1.24 ms.                \
  * g_rows: the 6 values G x of a 3-vector x. */                                        \
 static inline __attribute__((always_inline)) void                                       \
-g_rows_##SUFFIX(double_lanes x0, double_lanes x1, double_lanes x2, double_lanes *r)     \
+g_rows_##SUFFIX(const double_lanes *x, double_lanes *r)                                 \
 {                                                                                       \
-    const double_lanes sum02 = x0 + x2, outer = x0 * (1.0 / 24) + x2 * (1.0 / 6);        \
-    const double_lanes middle = x1 * (1.0 / 12);                                        \
-    /* the taps a row leaves out are added times 0, as the general step does: a NaN \
-     * or infinity anywhere in the filter reaches every term */                      \
-    r[0] = x0 * 0.25 + (x1 + x2) * 0.0;                                                 \
-    r[1] = (sum02 + x1) * (-1.0 / 6);                                                   \
-    r[2] = (sum02 - x1) * (-1.0 / 6);                                                   \
+    const double_lanes sum02 = x[0] + x[2], outer = x[0] * (1.0 / 24) + x[2] * (1.0 / 6); \
+    const double_lanes middle = x[1] * (1.0 / 12);                                      \
+    /* the taps a row leaves out are added times 0, as the general product does: a  \
+     * NaN or infinity anywhere in the filter reaches every term */                  \
+    r[0] = x[0] * 0.25 + (x[1] + x[2]) * 0.0;                                           \
+    r[1] = (sum02 + x[1]) * (-1.0 / 6);                                                 \
+    r[2] = (sum02 - x[1]) * (-1.0 / 6);                                                 \
     r[3] = outer + middle;                                                              \
     r[4] = outer - middle;                                                              \
-    r[5] = x2 + (x0 + x1) * 0.0;                                                        \
+    r[5] = x[2] + (x[0] + x[1]) * 0.0;                                                  \
 }                                                                                       \
                                                                                         \
 /* The 3 values G^T y of a 6-vector y. */                                               \
@@ -593,37 +563,46 @@ g_columns_##SUFFIX(const double_lanes *y, double_lanes *z)                      
     z[2] = ones * (-1.0 / 6) + twos * (1.0 / 6) + y[5] + y[0] * 0.0;                    \
 }                                                                                       \
                                                                                         \
-/* filter_step for mat = F(4x4, 3x3)'s G (forward: 3 x 3 in, 6 x 6 out; transposed: \
- * mat = G^T, 6 x 6 in, 3 x 3 out). */                                                 \
+/* y[a] = sum_p mat[a][p] x[p], a < rows, p < size: by the matrix, or where           \
+ * `written_out` (mat is F(4x4, 3x3)'s G or G^T, see is_f43_g) by g_rows / g_columns. */ \
 static inline __attribute__((always_inline)) void                                       \
-filter_step_f43_##SUFFIX(const T *grid, T *out, Py_ssize_t stride, Py_ssize_t e,        \
-                         int transposed)                                                \
+apply_matrix_##SUFFIX(const double *mat, Py_ssize_t rows, Py_ssize_t size,              \
+                      int written_out, const double_lanes *x, double_lanes *y)          \
 {                                                                                       \
-    const int size = transposed ? 6 : 3, rows = transposed ? 3 : 6;                    \
-    double_lanes in[6][6], half[6][6], result[6];                                       \
-    for (int p = 0; p < size; p++)                                                      \
-        for (int q = 0; q < size; q++) {                                                \
+    if (written_out && size == 3)                                                       \
+        g_rows_##SUFFIX(x, y);                                                          \
+    else if (written_out)                                                               \
+        g_columns_##SUFFIX(x, y);                                                       \
+    else                                                                                \
+        for (Py_ssize_t a = 0; a < rows; a++) {                                         \
+            double_lanes sum = {0};                                                     \
+            for (Py_ssize_t p = 0; p < size; p++)                                       \
+                sum += mat[a * size + p] * x[p];                                        \
+            y[a] = sum;                                                                 \
+        }                                                                               \
+}                                                                                       \
+                                                                                        \
+/* One step of winograd_filter on a block copied to local rows (`stride` apart):        \
+ * FILTER_LANES pairs from e on, through vectors of double: the matrix along p (each \
+ * column of the grid), then along q (each row of that). */                            \
+static inline __attribute__((always_inline)) void                                       \
+filter_step_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows,         \
+                     Py_ssize_t size, Py_ssize_t stride, Py_ssize_t e, int written_out) \
+{                                                                                       \
+    double_lanes column[MAX_POINTS], half[MAX_POINTS][MAX_POINTS], result[MAX_POINTS];  \
+    for (Py_ssize_t q = 0; q < size; q++) {     /* half[a][q] = sum_p mat[a][p] g[p][q] */ \
+        for (Py_ssize_t p = 0; p < size; p++) {                                         \
             T##_lanes v;                                                                \
             memcpy(&v, grid + (p * size + q) * stride + e, sizeof v);                   \
-            in[p][q] = __builtin_convertvector(v, double_lanes);                        \
+            column[p] = __builtin_convertvector(v, double_lanes);                       \
         }                                                                               \
-    for (int q = 0; q < size; q++) {            /* along p: half[a][q] */               \
-        double_lanes column[6];                                                         \
-        for (int p = 0; p < size; p++)                                                  \
-            column[p] = in[p][q];                                                       \
-        if (transposed)                                                                 \
-            g_columns_##SUFFIX(column, result);                                         \
-        else                                                                            \
-            g_rows_##SUFFIX(column[0], column[1], column[2], result);                   \
-        for (int a = 0; a < rows; a++)                                                  \
+        apply_matrix_##SUFFIX(mat, rows, size, written_out, column, result);            \
+        for (Py_ssize_t a = 0; a < rows; a++)                                           \
             half[a][q] = result[a];                                                     \
     }                                                                                   \
-    for (int a = 0; a < rows; a++) {            /* along q */                           \
-        if (transposed)                                                                 \
-            g_columns_##SUFFIX(half[a], result);                                        \
-        else                                                                            \
-            g_rows_##SUFFIX(half[a][0], half[a][1], half[a][2], result);                \
-        for (int b = 0; b < rows; b++) {                                                \
+    for (Py_ssize_t a = 0; a < rows; a++) {                                             \
+        apply_matrix_##SUFFIX(mat, rows, size, written_out, half[a], result);           \
+        for (Py_ssize_t b = 0; b < rows; b++) {                                         \
             const T##_lanes rounded = __builtin_convertvector(result[b], T##_lanes);    \
             memcpy(out + (a * rows + b) * stride + e, &rounded, sizeof rounded);        \
         }                                                                               \
@@ -639,7 +618,7 @@ filter_step_f43_##SUFFIX(const T *grid, T *out, Py_ssize_t stride, Py_ssize_t e,
 static inline __attribute__((always_inline)) void                                       \
 filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows,       \
                        Py_ssize_t size, Py_ssize_t elements, Py_ssize_t first,          \
-                       Py_ssize_t stop, Py_ssize_t stack, int f43)                      \
+                       Py_ssize_t stop, Py_ssize_t stack, int written_out)              \
 {                                                                                       \
     T local_in[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                 \
     T local_out[MAX_POINTS * MAX_POINTS * FILTER_BLOCK];                                \
@@ -661,10 +640,8 @@ filter_blocks_##SUFFIX(const double *mat, const T *grid, T *out, Py_ssize_t rows
             }                                                                           \
         }                                                                               \
         for (Py_ssize_t e = 0; e < eb; e += FILTER_LANES)                               \
-            if (f43)                                                                    \
-                filter_step_f43_##SUFFIX(local_in, local_out, FILTER_BLOCK, e, f43 == 2); \
-            else                                                                        \
-                filter_step_##SUFFIX(mat, local_in, local_out, rows, size, FILTER_BLOCK, e); \
+            filter_step_##SUFFIX(mat, local_in, local_out, rows, size, FILTER_BLOCK, e, \
+                                 written_out);                                          \
         for (Py_ssize_t row = 0; row < rows * rows; row++) {                            \
             T *target = out + row * elements + e0;                                      \
             if (whole)                                                                  \
@@ -684,7 +661,7 @@ CPU_CLONES static void winograd_filter_##SUFFIX(const double *mat, const T *grid
     if (r->rows == 6 && r->size == 3 && is_f43_g(mat, 0))                               \
         filter_blocks_##SUFFIX(mat, grid, out, 6, 3, n, first, stop, k, 1);             \
     else if (r->rows == 3 && r->size == 6 && is_f43_g(mat, 1))                          \
-        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, n, first, stop, k, 2);             \
+        filter_blocks_##SUFFIX(mat, grid, out, 3, 6, n, first, stop, k, 1);             \
     else if (r->rows == 6 && r->size == 3)                                              \
         filter_blocks_##SUFFIX(mat, grid, out, 6, 3, n, first, stop, k, 0);             \
     else if (r->rows == 3 && r->size == 6)                                              \
