@@ -4,10 +4,13 @@ glibc's mmap kept off, alternated in one process (rounds of steps, medians),
 with page faults per step::
 
     python benchmarks/cpu_batch_norm.py [--batch 64 256] [--rounds 5] [--steps 5]
+    python benchmarks/cpu_batch_norm.py --without _MaxPoolGradReluBatchNormGrad
 
 "before" compiles its plan without the fused batch-norm kernels, runs the
 NumPy batch norm, and lets glibc map big blocks (its default M_MMAP_MAX);
-"after" is towerflow as it is.
+"after" is towerflow as it is. With ``--without``, "before" only compiles
+its plan without the fused kernels named (their ops then run as the
+separate kernels or smaller chains).
 """
 
 import argparse
@@ -21,7 +24,8 @@ import gpu_peers
 
 from towerflow.backends import native_batch_norm, numpy_backend
 
-FUSED = ("_FusedBatchNormRelu", "_ReluGradBatchNormGrad", "_FusedBatchNormReluPool")
+FUSED = ("_FusedBatchNormRelu", "_ReluGradBatchNormGrad", "_FusedBatchNormReluPool",
+         "_MaxPoolGradReluBatchNormGrad")
 M_MMAP_MAX, GLIBC_DEFAULT_MMAP_MAX = -4, 65536
 
 
@@ -39,12 +43,13 @@ def before():
         libc.mallopt(M_MMAP_MAX, 0)
 
 
-def step_without_fused_batch_norm(batch):
-    removed = {name: numpy_backend.KERNELS.pop(name) for name in FUSED}
+def step_without(batch, kernels, setting):
+    """A step whose plan compiled without the fused ``kernels``, under ``setting``."""
+    removed = {name: numpy_backend.KERNELS.pop(name) for name in kernels}
     try:
         step = gpu_peers.TowerflowStep(batch, "float32", "/cpu:0", cuda_graphs=False)
         batches = gpu_peers.make_batches(batch)
-        with before():
+        with setting():
             step.run(batches[0])     # compiles the plan while the kernels are gone
     finally:
         numpy_backend.KERNELS.update(removed)
@@ -61,17 +66,18 @@ def timed(step, batches, steps):
     return seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
 
 
-def compare(batch, rounds, steps):
+def compare(batch, rounds, steps, without=None):
+    kernels, setting = (without, contextlib.nullcontext) if without else (FUSED, before)
     batches = gpu_peers.make_batches(batch)
-    old = step_without_fused_batch_norm(batch)
+    old = step_without(batch, kernels, setting)
     new = gpu_peers.TowerflowStep(batch, "float32", "/cpu:0", cuda_graphs=False)
     for _ in range(2):
         new.run(batches[0])
-        with before():
+        with setting():
             old.run(batches[0])
     results = {"before": [], "after": []}
     for _ in range(rounds):
-        with before():
+        with setting():
             results["before"].append(timed(old, batches, steps))
         results["after"].append(timed(new, batches, steps))
     for name, runs in results.items():
@@ -86,9 +92,14 @@ def main():
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--without", nargs="+", metavar="KERNEL",
+                        help="compare with a plan compiled without these fused kernels only")
     args = parser.parse_args()
+    unknown = set(args.without or ()) - set(numpy_backend.KERNELS)
+    if unknown:
+        parser.error(f"--without: {sorted(unknown)} are not CPU kernels")
     for batch in args.batch:
-        compare(batch, args.rounds, args.steps)
+        compare(batch, args.rounds, args.steps, args.without)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ do nothing (Winograd's, the thread pool's, the cache blocks', CUDA graphs',
 the compiled dense MatMuls'), the blocked GEMM dropping a ragged tile's
 earlier inner-dimension blocks, its a panels 1e-9 off at one p, a dense
 product's thread part one column short, the data ring's last image of a
-batch 1e-6 off and its switch doing nothing;
+batch 1e-6 off and its switch doing nothing, the fused pool + batch-norm
+gradient testing each cell of a window's row against the row's first tap;
 and one real fault: float64 towers weighed by float32 shard fractions,
 ~1e-8 off one device (fixed in parallel/replication.py).
 """

@@ -64,14 +64,16 @@ def test_gpu_plans_fuse_batch_norm_with_its_relu_and_their_gradients():
 
 def test_cpu_plans_fuse_the_batch_norm_chains_and_the_pools_after_them():
     """The NumPy backend has the chains' kernels too (native_batch_norm.py),
-    and takes each block's MaxPool into its batch norm + ReLU
-    (batch_norm_pool.py)."""
+    takes each block's MaxPool into its batch norm + ReLU, and each pool's
+    masked gradient into the batch-norm gradient after it (batch_norm_pool.py)."""
     names = set(numpy_backend.KERNELS)
     assert set(cupy_conv.FUSED_KERNELS) <= names
     types = unit_types(cifar_units(names))
     assert types.count("_FusedBatchNormReluPool") == 3 and types.count("_FusedBatchNormRelu") == 4
     assert not {"FusedBatchNorm", "Relu", "MaxPool", "ReluGrad"} & set(types)
-    assert types.count("_ReluGradBatchNormGrad") == 4 and types.count("_MaxPoolGradRelu") == 3
+    assert types.count("_ReluGradBatchNormGrad") == 4
+    assert types.count("_MaxPoolGradReluBatchNormGrad") == 3
+    assert not {"_MaxPoolGradRelu", "FusedBatchNormGrad", "MaxPoolGrad"} & set(types)
 
 
 def test_the_fused_batch_norm_runs_where_the_batch_norm_ran():

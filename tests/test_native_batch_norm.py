@@ -224,6 +224,7 @@ def test_a_fused_cpu_training_step_equals_the_unfused_one_bit_for_bit(monkeypatc
         losses, values, sess = train_cifar("/cpu:0", batch)
         assert ("_FusedBatchNormRelu" in cifar_step_types(sess)) == fused
         assert ("_ReluGradBatchNormGrad" in cifar_step_types(sess)) == fused
+        assert ("_MaxPoolGradReluBatchNormGrad" in cifar_step_types(sess)) == fused
         results[fused] = (losses, values)
     np.testing.assert_array_equal(results[True][0], results[False][0])
     for fused_value, plain_value in zip(results[True][1], results[False][1]):
@@ -317,6 +318,88 @@ def test_the_pool_chain_equals_the_separate_kernels_bit_for_bit(ksize, strides, 
     assert (compiled is not None) == (ksize == strides)
 
 
+# -- max pool gradient + ReLU gradient + batch-norm gradient -------------------------------
+
+
+GRAD_TABLE = {**POOL_TABLE, **batch_norm_pool.pool_grad_batch_norm_grad_kernels(
+    POOL_TABLE, numpy_backend.CPU_POOL)}
+
+GRAD_POOLS = [((2, 2), "VALID", (4, 8, 8, 33)),     # 4 vectors of 8 channels and 1 more
+              ((2, 2), "VALID", (3, 7, 9, 5)),      # an odd row and column no window covers
+              ((2, 3), "VALID", (3, 8, 9, 16)),     # 6 taps, rows and columns unlike
+              ((2, 2), "VALID", (4, 40, 34, 33)),   # blocks and thread parts start mid-row
+              ((2, 2), "SAME", (2, 6, 6, 70)),      # SAME, tiling: no padding
+              ((3, 3), "VALID", (2, 9, 9, 8)),      # 9 taps: more than 8, separate kernels
+              ((3, 2), "SAME", (2, 7, 7, 3))]       # overlapping windows: separate kernels
+
+
+def pooled_gradient_inputs(ksize, strides, padding, shape, dtype):
+    """(pool input stand-in, winners, pooled gradient, pooled max, x, scale, saved
+    mean, saved inv_std): the forward chain's outputs on x, a gradient with a
+    NaN and an infinity, and a tie in a window."""
+    x, scale, offset, _ = inputs(shape, dtype, seed=9)
+    x[-1, :2, :2, 0] = x[-1, 0, 0, 0]
+    pooled, winners, _, _, mean, inv_std = pool_chain(POOL_TABLE, x, scale, offset, ksize,
+                                                      strides, padding)
+    grad = np.random.default_rng(10).standard_normal(pooled.shape).astype(dtype)
+    grad[0, 0, 0, :2] = np.nan, np.inf
+    return x, winners, grad, pooled, x, scale, mean, inv_std
+
+
+def pool_grad_context(ksize, strides, padding, dtype, kernel=batch_norm_pool.GRAD_KERNEL):
+    pool = {"ksize": ksize, "strides": strides, "padding": padding}
+    if kernel == "_MaxPoolGradRelu":
+        return SimpleNamespace(attrs=pool, output_dtypes=[np.dtype(dtype)], outputs_used=None)
+    return SimpleNamespace(attrs={"epsilon": EPSILON, "is_training": True, "pool": pool},
+                           output_dtypes=[np.dtype(dtype)] * 3, outputs_used=None)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ksize, padding, shape", GRAD_POOLS)
+def test_the_pool_gradient_chain_equals_the_separate_kernels_bit_for_bit(ksize, padding,
+                                                                        shape, dtype):
+    strides = (2, 2) if ksize == (3, 2) else ksize
+    arrays = pooled_gradient_inputs(ksize, strides, padding, shape, dtype)
+    fused = GRAD_TABLE[batch_norm_pool.GRAD_KERNEL](
+        pool_grad_context(ksize, strides, padding, dtype))(*arrays)
+    (routed,) = GRAD_TABLE["_MaxPoolGradRelu"](
+        pool_grad_context(ksize, strides, padding, dtype, "_MaxPoolGradRelu"))(*arrays[:4])
+    expected = CPU["FusedBatchNormGrad"](ctx(dtype, 3))(routed, *arrays[4:])
+    assert len(fused) == len(expected) == 3
+    for got, want in zip(fused, expected):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert np.isnan(fused[0]).any() and np.isfinite(fused[0]).any()
+    lay = window_geometry._layout_maker({"ksize": ksize, "strides": strides,
+                                         "padding": padding})(shape)
+    compiled = [native_batch_norm.batch_norm_grad_after_pool(*arrays[1:], lay, parallel)
+                for parallel in (SERIAL, WorkerPool(3))]
+    assert (compiled[0] is not None) == (ksize == strides and np.prod(ksize) <= 8)
+    if compiled[0] is not None:
+        for serial, threaded, want in zip(*compiled, expected):
+            np.testing.assert_array_equal(serial, want)
+            np.testing.assert_array_equal(threaded, want)
+
+
+def test_the_pooled_gradient_kernels_refuse_a_geometry_unlike_the_rows():
+    arrays = pooled_gradient_inputs((2, 2), (2, 2), "VALID", (2, 4, 4, 8), np.float32)
+    _, winners, grad, pooled, x, *_ = arrays
+    rows = x.reshape(-1, 8)
+    with pytest.raises(ValueError, match=r"pool: its geometry's \(n, h, w, c\) must be"):
+        native.batch_norm_sums((32, 8, 32, 0, 1), rows, rows[0], grad, None,
+                               np.empty((1, 2, 8)), ((2, 4, 2, 8, 2, 2, 2, 1), winners, pooled))
+    with pytest.raises(ValueError, match="pool: code, grad and pooled must be arrays"):
+        native.batch_norm_sums((32, 8, 32, 0, 1), rows, rows[0], grad, None,
+                               np.empty((1, 2, 8)), ((2, 4, 4, 8, 2, 2, 2, 2), None, pooled))
+    with pytest.raises(ValueError, match="grad: expected an array, got None"):
+        native.batch_norm_grad_apply((32, 8, 0, 32), None, None, rows,
+                                     np.zeros((4, 8), np.float32), np.empty_like(rows))
+    with pytest.raises(ValueError, match="windows must tile the input"):
+        native.batch_norm_grad_apply((32, 8, 0, 32), grad, None, rows,
+                                     np.zeros((4, 8), np.float32), np.empty_like(rows),
+                                     ((2, 4, 4, 8, 3, 3, 2, 2), winners, pooled))
+
+
 # -- a training flag fed at run time --------------------------------------------------------
 
 
@@ -372,7 +455,7 @@ def test_a_fed_true_training_flag_runs_the_compiled_kernels_bit_for_bit(monkeypa
     fixed = _flagged_steps(True, None, pool=pool)
     fed = _flagged_steps(None, True, pool=pool)
     assert True in calls and False in calls     # forward and gradient sums ran compiled
-    chains = {"_FusedBatchNormReluPool", "_MaxPoolGradRelu"} if pool else \
+    chains = {"_FusedBatchNormReluPool", "_MaxPoolGradReluBatchNormGrad"} if pool else \
         {"_FusedBatchNormRelu", "_ReluGradBatchNormGrad"}
     assert chains <= fed[2] and chains <= fixed[2]
     np.testing.assert_array_equal(fed[0], fixed[0])

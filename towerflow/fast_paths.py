@@ -70,7 +70,8 @@ FAST_PATHS = (
              "towerflow.backends.winograd:WinogradConv.__init__"),
     FastPath("fusion", "TOWERFLOW_FUSION", "1", "0",
              "fused kernel chains: conv + bias (+ ReLU (+ max pool)), pool grad + ReLU "
-             "grad; on GPUs batch norm + ReLU and its gradient",
+             "grad (+ batch-norm grad on the CPU); on GPUs batch norm + ReLU and its "
+             "gradient",
              "towerflow.fusion:FusedOp.__init__", devices=("CPU", "GPU")),
     FastPath("cpu_threads", "TOWERFLOW_CPU_THREADS", None, "1",
              "the CPU thread pool: convolutions, GEMMs and big elementwise ops in parts",

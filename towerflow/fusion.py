@@ -32,6 +32,11 @@ Fused chains (kernel name: ops, first to last):
   ReluGrad's. A window's gradient goes to a cell equal to its max, so masking
   the small pooled gradient by ``max > 0`` equals masking the big one by
   ``y > 0``.
+- ``_MaxPoolGradReluBatchNormGrad``: MaxPoolGrad → ReluGrad → FusedBatchNormGrad
+  (training), the _MaxPoolGradRelu above then a batch-norm gradient, on the
+  CPU (backends/batch_norm_pool.py). Inputs (x, winners, grad, pooled max,
+  then the batch-norm gradient's x, scale, mean, inv_std); outputs the
+  batch-norm gradient's. The full-size routed gradient is never written.
 - ``_FusedBatchNormRelu``: FusedBatchNorm (training) → Relu. Inputs the batch
   norm's; outputs (the ReLU's, then the batch norm's four statistics). It
   runs where the batch norm ran: the moving-average updates that read the
@@ -247,6 +252,10 @@ def _bias_added(op, conv_output):
     return other
 
 
+# The fused kernels that route a pool's gradient masked by its max > 0.
+_MASKED_POOL_GRADIENTS = frozenset({"_MaxPoolGradRelu", "_MaxPoolGradReluBatchNormGrad"})
+
+
 def _pool_after_relu(relu, context):
     """The MaxPool reading a ReLU's output, if pooling can come first: nothing
     else reads the ReLU's values, and only masked gradients
@@ -258,7 +267,7 @@ def _pool_after_relu(relu, context):
     winners = pool.outputs[1]
     readers = context.readers.get(winners, [])
     if winners in context.pinned or not readers or \
-            any(reader.type != "_MaxPoolGradRelu" for reader in readers):
+            any(reader.type not in _MASKED_POOL_GRADIENTS for reader in readers):
         return None
     return pool
 
@@ -287,11 +296,34 @@ def _max_pool_grad_relu(relu_grad, context):
             pool not in context.position or context.fed.intersection(pool.outputs):
         return None     # the pooled max must be the one MaxPool computes in this plan
     members = [pool_grad, relu_grad]
+    with_batch_norm = _pool_grad_batch_norm_grad(members, pool, context)
+    if with_batch_norm is not None:
+        return with_batch_norm
     if not context.can_fuse(members, "_MaxPoolGradRelu"):
         return None
     return FusedOp("_MaxPoolGradRelu", members, list(pool_grad.inputs) + [pool.outputs[0]],
                    [relu_grad.outputs[0]], dict(pool_grad.attrs), context.device_of(pool_grad),
                    context.stand_ins([grad], relu_grad.outputs[0]), shape_only_inputs=(0,))
+
+
+def _pool_grad_batch_norm_grad(members, pool, context):
+    """MaxPoolGrad → ReluGrad → FusedBatchNormGrad (training, decided when
+    built or fed), where the backend has the chain's kernel (the CPU's)."""
+    pool_grad, relu_grad = members
+    masked = relu_grad.outputs[0]
+    bn_grad = context.only_reader(masked)
+    if bn_grad is None or bn_grad.type != "FusedBatchNormGrad" or \
+            bn_grad.inputs[0] is not masked or bn_grad.attrs.get("is_training") is False:
+        return None
+    members = members + [bn_grad]
+    if not context.can_fuse(members, "_MaxPoolGradReluBatchNormGrad"):
+        return None
+    return FusedOp("_MaxPoolGradReluBatchNormGrad", members,       # (and a fed flag last)
+                   list(pool_grad.inputs) + [pool.outputs[0]] + list(bn_grad.inputs[1:]),
+                   list(bn_grad.outputs), {**bn_grad.attrs, "pool": dict(pool_grad.attrs)},
+                   context.device_of(pool_grad),
+                   context.stand_ins([pool_grad.outputs[0], masked], bn_grad.outputs[0]),
+                   shape_only_inputs=(0,))
 
 
 def _batch_norm_relu(batch_norm, context):

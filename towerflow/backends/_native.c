@@ -18,7 +18,7 @@
  *   native_window.c      bias + max pool, its gradient, im2col, col2im
  *   native_winograd.c    Winograd's transforms, F(4x4, 3x3) and F(2x2, 5x5)
  *   native_gemm.c        the register-blocked GEMM and Winograd's 36 GEMMs
- *   native_batch_norm.c  training-mode batch norm (and its fused max pool)
+ *   native_batch_norm.c  training-mode batch norm, fused with a max pool or its gradient
  *   native_updates.c     the optimizer updates
  *   native_parts.c       run_parts: a kernel's parts on C threads, without the GIL
  *
@@ -138,9 +138,11 @@ int read_geometry(PyObject *shape, Geometry *g)
 static PyMethodDef methods[] = {
     /* training-mode batch norm */
     {"batch_norm_sums", py_batch_norm_sums, METH_VARARGS,
-     "batch_norm_sums(geometry, x, shift, grad, relu_output, partials): per block of rows, "
-     "float64 sums of x - shift and its square (grad None), or of g and g * (x - shift) "
-     "(g = grad, masked by relu_output > 0 unless None) into partials[blocks, 2, C]."},
+     "batch_norm_sums(geometry, x, shift, grad, relu_output, partials[, pool]): per block "
+     "of rows, float64 sums of x - shift and its square (grad None), or of g and g * (x - "
+     "shift) (g = grad, masked by relu_output > 0 unless None) into partials[blocks, 2, C]; "
+     "with pool = (pool_geometry, code, pooled), g is the gradient max_pool_grad would "
+     "route from grad (MaxPool's) and pooled, made a block at a time, never written."},
     {"batch_norm_apply", py_batch_norm_apply, METH_VARARGS,
      "batch_norm_apply(geometry, x, coefficients, y, relu): y = (x - mean) * gain + offset "
      "(coefficients [3, C]), ReLU after if relu, for rows [first, stop)."},
@@ -149,9 +151,10 @@ static PyMethodDef methods[] = {
      "tile x, at most 8 taps) of relu((x - mean) * gain + offset) into out, winner bits "
      "into code."},
     {"batch_norm_grad_apply", py_batch_norm_grad_apply, METH_VARARGS,
-     "batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx): dx = "
+     "batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx[, pool]): dx = "
      "(g * gain + (x - mean) * k_centered) - k_mean (coefficients [4, C]) for rows "
-     "[first, stop); g masked by relu_output > 0 unless None."},
+     "[first, stop); g masked by relu_output > 0 unless None, or routed as pool says "
+     "(see batch_norm_sums)."},
     {"im2col", py_im2col, METH_VARARGS,
      "im2col(geometry, x, patches): the [N*OH*OW, KH*KW*C] patch matrix of the NHWC x "
      "(zeros for padding) into patches."},

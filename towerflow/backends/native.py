@@ -40,7 +40,7 @@ def max_pool(x, lay, out, code=None, bias=None, relu=False):
     if not (accepts(x, out, code, bias) and _tiled(x, lay) and _same_floats(x, out, bias)
             and (code is None or code.dtype == np.uint8)):
         return False
-    _compiled.max_pool(_geometry(x, lay), x, bias, out, code, relu)
+    _compiled.max_pool(pool_geometry(x, lay), x, bias, out, code, relu)
     return True
 
 
@@ -50,7 +50,7 @@ def max_pool_grad(code, grad, lay, dx, relu_output=None):
     kernel does not apply (see :func:`max_pool_grad_applies`)."""
     if not max_pool_grad_applies(code, grad, lay, dx, relu_output):
         return False
-    _compiled.max_pool_grad(_geometry(dx, lay), code, grad, relu_output, dx)
+    _compiled.max_pool_grad(pool_geometry(dx, lay), code, grad, relu_output, dx)
     return True
 
 
@@ -310,7 +310,9 @@ def _same_floats(first, *others):
         other is None or other.dtype == first.dtype for other in others)
 
 
-def _geometry(x, lay):
+def pool_geometry(x, lay):
+    """The compiled pooling kernels' geometry (n, h, w, c, kh, kw, oh, ow) of
+    the windows ``lay`` over the NHWC ``x``."""
     n, h, w, c = x.shape
     return (n, h, w, c) + tuple(lay.window) + (lay.out_h, lay.out_w)
 
@@ -318,10 +320,12 @@ def _geometry(x, lay):
 # -- training-mode batch norm (see native_batch_norm.py) -------------------------------
 
 
-def batch_norm_sums(geometry, x, shift, grad, relu_output, partials):
+def batch_norm_sums(geometry, x, shift, grad, relu_output, partials, pool=None):
     """Per-block float64 channel sums into ``partials`` (native_batch_norm.c's
-    batch_norm_sums)."""
-    _compiled.batch_norm_sums(geometry, x, shift, grad, relu_output, partials)
+    batch_norm_sums); ``pool`` (pool geometry, winner code, pooled max): the
+    gradient is MaxPool's ``grad``, routed as max_pool_grad routes it."""
+    _compiled.batch_norm_sums(geometry, x, shift, grad, relu_output, partials,
+                              *([pool] if pool else []))
 
 
 def batch_norm_apply(geometry, x, coefficients, y, relu):
@@ -329,9 +333,11 @@ def batch_norm_apply(geometry, x, coefficients, y, relu):
     _compiled.batch_norm_apply(geometry, x, coefficients, y, relu)
 
 
-def batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx):
-    """dx of a training-mode batch norm over a range of rows (masked by the ReLU)."""
-    _compiled.batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx)
+def batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx, pool=None):
+    """dx of a training-mode batch norm over a range of rows (masked by the
+    ReLU, or ``grad`` routed as ``pool`` says: see :func:`batch_norm_sums`)."""
+    _compiled.batch_norm_grad_apply(geometry, grad, relu_output, x, coefficients, dx,
+                                    *([pool] if pool else []))
 
 
 def batch_norm_pool(geometry, x, coefficients, out, code):

@@ -40,6 +40,133 @@ typedef struct {
 #define WIDE_LOOPS
 #endif
 
+/* -- the routed gradient of a max pool (batch norm → ReLU → max pool's gradient) ---- */
+
+/* fusion.py's _MaxPoolGradReluBatchNormGrad: FusedBatchNormGrad of the gradient that
+ * MaxPoolGrad → ReluGrad give, without writing that full-size gradient. Each block
+ * of rows of it is made again from the pooled arrays (a quarter of its size for
+ * 2x2 windows, and read from cache) into a small buffer, right before the sums or
+ * the output read it (batch_norm_sums and batch_norm_grad_apply given a pool): the
+ * values max_pool_grad writes, bit for bit, so the sums add the same terms in the
+ * same order and the chain's outputs are the separate kernels', bit for bit. */
+
+/* The pooled side: MaxPool's winner bits, its gradient and its max, [N, OH, OW, C],
+ * over windows that tile the [N, H, W, C] rows (g). */
+typedef struct {
+    const uint8_t *code;
+    const void *grad, *pooled;
+    Geometry g;
+} PooledGrad;
+
+/* Eight winner codes as integers as wide as the floats: each lane shifts its byte
+ * down from a broadcast word (GCC 12 converted a vector of 8 bytes one byte at a
+ * time, through general registers: 2x slower than the separate kernels). */
+typedef uint32_t uint32_lanes __attribute__((vector_size(8 * sizeof(uint32_t))));
+typedef uint64_t uint64_lanes __attribute__((vector_size(8 * sizeof(uint64_t))));
+typedef int32_t int32_t_lanes __attribute__((vector_size(8 * sizeof(int32_t))));
+typedef int64_t int64_t_lanes __attribute__((vector_size(8 * sizeof(int64_t))));
+
+/* (Written through a pointer: a vector returned by value draws GCC's -Wpsabi note.) */
+static inline __attribute__((always_inline)) void codes_int32_t(const uint8_t *k,
+                                                                int32_t_lanes *codes)
+{
+    uint32_t words[2];
+    memcpy(words, k, sizeof words);
+    const uint32_lanes broadcast = {words[0], words[0], words[0], words[0],
+                                    words[1], words[1], words[1], words[1]};
+    *codes = (int32_t_lanes)((broadcast >> (uint32_lanes){0, 8, 16, 24, 0, 8, 16, 24}) & 255);
+}
+
+static inline __attribute__((always_inline)) void codes_int64_t(const uint8_t *k,
+                                                                int64_t_lanes *codes)
+{
+    uint64_t word;
+    memcpy(&word, k, sizeof word);
+    const uint64_lanes broadcast = (uint64_lanes){0} + word;
+    *codes = (int64_t_lanes)((broadcast >> (uint64_lanes){0, 8, 16, 24, 32, 40, 48, 56})
+                             & 255);
+}
+
+/* Values per buffer of rows that batch_norm_grad_apply routes at a time (32 KiB
+ * of float32: it is written, then read at once, in cache). */
+#define APPLY_CHUNK_VALUES 8192
+
+#define DEFINE_ROUTED_GRAD(T, LANE, SUFFIX)                                    \
+/* out = rows [start, end) of the [N*H*W, C] gradient: each window's gradient times   \
+ * (T)(max > 0) at the window's first maximum (the lowest set bit), zeros elsewhere  \
+ * and in the cells no window covers, as max_pool_grad writes them. */                \
+static inline __attribute__((always_inline)) void                                       \
+expand_pooled_grad_##SUFFIX(const PooledGrad *p, Py_ssize_t start, Py_ssize_t end,      \
+                            T *restrict out)                                            \
+{                                                                                       \
+    const Geometry *g = &p->g;                                                          \
+    const Py_ssize_t c = g->c;                                                          \
+    const T *grad = p->grad, *pooled = p->pooled;                                       \
+    /* the row's place: image, row y = r * kh + i, column x = q * kw + j */            \
+    Py_ssize_t x = start % g->w, y = start / g->w % g->h, img = start / g->w / g->h;    \
+    Py_ssize_t q = x / g->kw, j = x % g->kw, r = y / g->kh, i = y % g->kh;              \
+    for (Py_ssize_t row = start; row < end;) {                                          \
+        /* a run of rows: a window's next columns, or cells no window covers */         \
+        const int covered = r < g->oh && q < g->ow;                                     \
+        Py_ssize_t run = covered ? g->kw - j : g->w - x;                                \
+        run = run < end - row ? run : end - row;                                        \
+        if (covered) {                                                                  \
+            const Py_ssize_t cell = ((img * g->oh + r) * g->ow + q) * c;                \
+            const LANE bit = (LANE)1 << (i * g->kw + j);   /* the run's first tap */    \
+            const uint8_t *k = p->code + cell;                                          \
+            const T *gr = grad + cell, *pl = pooled + cell;                             \
+            Py_ssize_t ch = 0;                                                          \
+            for (; ch + 8 <= c; ch += 8) {      /* out = first == bit ? value : 0 */    \
+                T##_lanes value, max;                                                   \
+                memcpy(&value, gr + ch, sizeof value);                                  \
+                memcpy(&max, pl + ch, sizeof max);                                      \
+                LANE##_lanes code8;                                                     \
+                codes_##LANE(k + ch, &code8);                                           \
+                const LANE##_lanes first = code8 & -code8;                              \
+                value = value * __builtin_convertvector(-(max > 0), T##_lanes);         \
+                LANE##_lanes bits;                                                      \
+                memcpy(&bits, &value, sizeof bits);                                     \
+                for (Py_ssize_t t = 0; t < run; t++) {                                  \
+                    const LANE##_lanes hit = first == bit << t;       /* -1 or 0 */     \
+                    const LANE##_lanes routed = bits & hit;                             \
+                    memcpy(out + t * c + ch, &routed, sizeof routed);                   \
+                }                                                                       \
+            }                                                                           \
+            for (; ch < c; ch++) {                                                      \
+                const LANE first = k[ch] & -(LANE)k[ch];                                \
+                const T value = gr[ch] * (T)(pl[ch] > 0);                               \
+                for (Py_ssize_t t = 0; t < run; t++)                                    \
+                    out[t * c + ch] = first == bit << t ? value : (T)0;                 \
+            }                                                                           \
+        } else                                                                          \
+            memset(out, 0, (size_t)(run * c) * sizeof(T));                              \
+        row += run;                                                                     \
+        out += run * c;                                                                 \
+        x += run;                                                                       \
+        j += run;                                                                       \
+        if (j == g->kw) {                                                               \
+            j = 0;                                                                      \
+            q++;                                                                        \
+        }                                                                               \
+        if (x == g->w) {                                                                \
+            x = q = j = 0;                                                              \
+            if (++i == g->kh) {                                                         \
+                i = 0;                                                                  \
+                r++;                                                                    \
+            }                                                                           \
+            if (++y == g->h) {                                                          \
+                y = r = i = 0;                                                          \
+                img++;                                                                  \
+            }                                                                           \
+        }                                                                               \
+    }                                                                                   \
+}
+
+DEFINE_ROUTED_GRAD(float, int32_t, f32)
+DEFINE_ROUTED_GRAD(double, int64_t, f64)
+
+/* -- the passes ---------------------------------------------------------------------- */
+
 /* The sums run down the rows a strip of channels at a time, in registers: with the
  * rows outermost, each row's sums were loaded and stored again, and every row waited
  * for the last one's store (measured: 20 GB/s of x on one core). A strip of up to
@@ -49,12 +176,12 @@ typedef struct {
 #define STRIP_VECTORS 4
 
 #define DEFINE_BATCH_NORM_SUMS(T, SUFFIX)                                               \
-/* first/second[ch0 ..] = the sums over rows [start, end) of `vectors` vectors of         \
+/* first/second[ch0 ..] = the sums over the `rows` rows of `vectors` vectors of          \
  * channels from ch0 on (see batch_norm_sums_##SUFFIX). */                              \
 static inline __attribute__((always_inline)) void                                       \
 sums_strip_##SUFFIX(const T *x, const T *shift, const T *grad, const T *relu,           \
-                    double *first, double *second, Py_ssize_t c, Py_ssize_t start,      \
-                    Py_ssize_t end, Py_ssize_t ch0, int vectors)                        \
+                    double *first, double *second, Py_ssize_t c, Py_ssize_t rows,       \
+                    Py_ssize_t ch0, int vectors)                                        \
 {                                                                                       \
     double_lanes sum1[STRIP_VECTORS], sum2[STRIP_VECTORS], shifts[STRIP_VECTORS];       \
     for (int v = 0; v < vectors; v++) {                                                 \
@@ -63,7 +190,7 @@ sums_strip_##SUFFIX(const T *x, const T *shift, const T *grad, const T *relu,   
         shifts[v] = __builtin_convertvector(lanes, double_lanes);                       \
         sum1[v] = sum2[v] = (double_lanes){0};                                          \
     }                                                                                   \
-    for (Py_ssize_t row = start; row < end; row++)                                      \
+    for (Py_ssize_t row = 0; row < rows; row++)                                         \
         for (int v = 0; v < vectors; v++) {                                             \
             const Py_ssize_t at = row * c + ch0 + v * SUM_LANES;                        \
             T##_lanes lanes;                                                            \
@@ -91,39 +218,57 @@ sums_strip_##SUFFIX(const T *x, const T *shift, const T *grad, const T *relu,   
     }                                                                                   \
 }                                                                                       \
                                                                                         \
+/* first/second[C] = the sums over `rows` rows of x (and grad, relu), each pointer at \
+ * the block's first row: strips of channels, then the last c % SUM_LANES. */        \
+static inline __attribute__((always_inline)) void                                       \
+block_sums_##SUFFIX(const T *x, const T *shift, const T *grad, const T *relu,           \
+                    double *restrict first, double *restrict second, Py_ssize_t c,      \
+                    Py_ssize_t rows)                                                    \
+{                                                                                       \
+    Py_ssize_t ch0 = 0;                                                                 \
+    for (; ch0 + STRIP_VECTORS * SUM_LANES <= c; ch0 += STRIP_VECTORS * SUM_LANES)      \
+        sums_strip_##SUFFIX(x, shift, grad, relu, first, second, c, rows, ch0,          \
+                            STRIP_VECTORS);                                             \
+    for (; ch0 + SUM_LANES <= c; ch0 += SUM_LANES)                                      \
+        sums_strip_##SUFFIX(x, shift, grad, relu, first, second, c, rows, ch0, 1);      \
+    for (Py_ssize_t ch = ch0; ch < c; ch++)     /* the last c % SUM_LANES */            \
+        first[ch] = second[ch] = 0.0;                                                   \
+    for (Py_ssize_t row = 0; row < rows && ch0 < c; row++) {                            \
+        const T *restrict xr = x + row * c;                                             \
+        for (Py_ssize_t ch = ch0; ch < c; ch++) {                                       \
+            const double d = (double)xr[ch] - (double)shift[ch];                        \
+            if (!grad) {                                                                \
+                first[ch] += d;                                                         \
+                second[ch] += d * d;                                                    \
+                continue;                                                               \
+            }                                                                           \
+            const double gv = relu ? grad[row * c + ch] * (T)(relu[row * c + ch] > 0)   \
+                                   : grad[row * c + ch];                                \
+            first[ch] += gv;                                                            \
+            second[ch] += gv * d;                                                       \
+        }                                                                               \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* With a pool, each block's gradient is routed into `routed` [block_rows, C] first. */ \
 WIDE_LOOPS static void batch_norm_sums_##SUFFIX(const T *x, const T *shift,             \
                                                 const T *grad, const T *relu,           \
+                                                const PooledGrad *pool, T *routed,      \
                                                 double *partials, const SumsGeometry *g) \
 {                                                                                       \
     const Py_ssize_t c = g->channels;                                                   \
     for (Py_ssize_t block = g->first; block < g->stop; block++) {                       \
-        double *restrict first = partials + block * 2 * c, *restrict second = first + c; \
         const Py_ssize_t start = block * g->block_rows;                                 \
         const Py_ssize_t end = start + g->block_rows < g->rows ? start + g->block_rows  \
                                                                 : g->rows;              \
-        Py_ssize_t ch0 = 0;                                                             \
-        for (; ch0 + STRIP_VECTORS * SUM_LANES <= c; ch0 += STRIP_VECTORS * SUM_LANES)  \
-            sums_strip_##SUFFIX(x, shift, grad, relu, first, second, c, start, end, ch0, \
-                                STRIP_VECTORS);                                         \
-        for (; ch0 + SUM_LANES <= c; ch0 += SUM_LANES)                                  \
-            sums_strip_##SUFFIX(x, shift, grad, relu, first, second, c, start, end, ch0, 1); \
-        for (Py_ssize_t ch = ch0; ch < c; ch++)     /* the last c % SUM_LANES */        \
-            first[ch] = second[ch] = 0.0;                                               \
-        for (Py_ssize_t row = start; row < end && ch0 < c; row++) {                     \
-            const T *restrict xr = x + row * c;                                         \
-            for (Py_ssize_t ch = ch0; ch < c; ch++) {                                   \
-                const double d = (double)xr[ch] - (double)shift[ch];                    \
-                if (!grad) {                                                            \
-                    first[ch] += d;                                                     \
-                    second[ch] += d * d;                                                \
-                    continue;                                                           \
-                }                                                                       \
-                const double gv = relu ? grad[row * c + ch] * (T)(relu[row * c + ch] > 0) \
-                                       : grad[row * c + ch];                            \
-                first[ch] += gv;                                                        \
-                second[ch] += gv * d;                                                   \
-            }                                                                           \
+        const T *block_grad = grad ? grad + start * c : NULL;                           \
+        if (pool) {                                                                     \
+            expand_pooled_grad_##SUFFIX(pool, start, end, routed);                      \
+            block_grad = routed;                                                        \
         }                                                                               \
+        block_sums_##SUFFIX(x + start * c, shift, block_grad,                           \
+                            relu ? relu + start * c : NULL, partials + block * 2 * c,   \
+                            partials + block * 2 * c + c, c, end - start);              \
     }                                                                                   \
 }
 
@@ -152,16 +297,17 @@ WIDE_LOOPS static void batch_norm_apply_##SUFFIX(const T *x, const T *coefficien
     }                                                                                   \
 }                                                                                       \
                                                                                         \
-/* dx = (g * gain + (x - mean) * k_centered) - k_mean, g masked by relu > 0 when      \
- * relu is given; coefficients [4, C]: mean, gain, k_centered, k_mean. */             \
-WIDE_LOOPS static void batch_norm_grad_apply_##SUFFIX(const T *grad, const T *relu,    \
-                                                      const T *x, const T *coefficients, \
-                                                      T *dx, const ApplyGeometry *g)    \
+/* dx = (g * gain + (x - mean) * k_centered) - k_mean over `rows` rows (each pointer  \
+ * at the first), g masked by relu > 0 when relu is given; coefficients [4, C]: mean, \
+ * gain, k_centered, k_mean. */                                                      \
+static inline __attribute__((always_inline)) void                                       \
+grad_apply_rows_##SUFFIX(const T *restrict grad, const T *restrict relu,                \
+                         const T *restrict x, const T *coefficients, T *restrict dx,    \
+                         Py_ssize_t c, Py_ssize_t rows)                                 \
 {                                                                                       \
-    const Py_ssize_t c = g->channels;                                                   \
     const T *mean = coefficients, *gain = mean + c, *k_centered = gain + c;             \
     const T *k_mean = k_centered + c;                                                   \
-    for (Py_ssize_t row = g->first; row < g->stop; row++) {                             \
+    for (Py_ssize_t row = 0; row < rows; row++) {                                       \
         const T *restrict xr = x + row * c, *restrict gr = grad + row * c;              \
         T *restrict dr = dx + row * c;                                                  \
         if (relu) {                                                                     \
@@ -175,6 +321,28 @@ WIDE_LOOPS static void batch_norm_grad_apply_##SUFFIX(const T *grad, const T *re
             for (Py_ssize_t ch = 0; ch < c; ch++)                                       \
                 dr[ch] = (gr[ch] * gain[ch] + (xr[ch] - mean[ch]) * k_centered[ch])     \
                          - k_mean[ch];                                                  \
+    }                                                                                   \
+}                                                                                       \
+                                                                                        \
+/* grad_apply_rows over rows [first, stop); with a pool, `chunk` rows at a time,     \
+ * their gradient routed into `routed` [chunk, C] first. */                             \
+WIDE_LOOPS static void batch_norm_grad_apply_##SUFFIX(const T *grad, const T *relu,    \
+                                                      const T *x, const T *coefficients, \
+                                                      T *dx, const PooledGrad *pool,    \
+                                                      T *routed, Py_ssize_t chunk,      \
+                                                      const ApplyGeometry *g)           \
+{                                                                                       \
+    const Py_ssize_t c = g->channels, at = g->first * c;                                \
+    if (!pool) {                                                                        \
+        grad_apply_rows_##SUFFIX(grad + at, relu ? relu + at : NULL, x + at,            \
+                                 coefficients, dx + at, c, g->stop - g->first);         \
+        return;                                                                         \
+    }                                                                                   \
+    for (Py_ssize_t start = g->first; start < g->stop; start += chunk) {                \
+        const Py_ssize_t end = start + chunk < g->stop ? start + chunk : g->stop;       \
+        expand_pooled_grad_##SUFFIX(pool, start, end, routed);                          \
+        grad_apply_rows_##SUFFIX(routed, NULL, x + start * c, coefficients,             \
+                                 dx + start * c, c, end - start);                       \
     }                                                                                   \
 }
 
@@ -220,6 +388,7 @@ WIDE_LOOPS static void batch_norm_pool_##SUFFIX(const T *x, const T *coefficient
 DEFINE_BATCH_NORM_POOL(float, int32_t, f32)
 DEFINE_BATCH_NORM_POOL(double, int64_t, f64)
 
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -248,33 +417,87 @@ static int read_rows(PyObject *shape, Py_ssize_t *rows, Py_ssize_t *channels,
 
 /* The entry points below record under run_parts (native_parts.c). */
 
+/* The optional pool argument of batch_norm_sums and batch_norm_grad_apply: a tuple
+ * (pool_geometry, code, pooled) where grad is MaxPool's gradient, to be routed
+ * (expand_pooled_grad) rather than read as rows; pool_geometry's windows
+ * (n, h, w, c, kh, kw, oh, ow) over the [rows, channels] x. Takes grad too. */
+static int take_pooled(Views *views, PooledGrad *p, PyObject *pool, char kind,
+                       PyObject *grad_obj, PyObject *relu_obj, Py_ssize_t rows,
+                       Py_ssize_t channels)
+{
+    PyObject *pool_shape, *code_obj, *pooled_obj;
+    Geometry *g = &p->g;
+    Py_ssize_t cells;
+    if (!PyArg_ParseTuple(pool, "O!OO:pool", &PyTuple_Type, &pool_shape, &code_obj,
+                          &pooled_obj)
+        || read_geometry(pool_shape, g) < 0
+        || product_of(SIZES(g->n, g->h, g->w), "pool geometry", &cells) < 0)
+        return -1;
+    if (g->c != channels || cells != rows || relu_obj != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "pool: its geometry's (n, h, w, c) must be the "
+                                          "rows' [n * h * w, c], and relu_output None");
+        return -1;
+    }
+    if (code_obj == Py_None || grad_obj == Py_None || pooled_obj == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "pool: code, grad and pooled must be arrays");
+        return -1;
+    }
+    void *code;
+    if (take(views, code_obj, 0, 'B', SIZES(g->n, g->oh, g->ow, g->c), "code", &code) < 0
+        || take(views, grad_obj, 0, kind, SIZES(g->n, g->oh, g->ow, g->c), "grad",
+                (void **)&p->grad) < 0
+        || take(views, pooled_obj, 0, kind, SIZES(g->n, g->oh, g->ow, g->c), "pooled",
+                (void **)&p->pooled) < 0)
+        return -1;
+    p->code = code;
+    return 0;
+}
+
+/* Rows of scratch for expand_pooled_grad, or NULL with out_of_memory set. */
+static void *scratch_rows(Task *task, char kind, Py_ssize_t rows, Py_ssize_t channels)
+{
+    const size_t item = kind == 'f' ? sizeof(float) : sizeof(double);
+    void *scratch = malloc((size_t)rows * (size_t)channels * item + 1);
+    if (!scratch)
+        task->out_of_memory = "batch norm: no memory for a block of the routed gradient";
+    return scratch;
+}
+
 typedef struct {
     Task task;
     char kind;
     void *x, *shift, *grad, *relu, *partials;
+    PooledGrad pool;            /* pool.code set: the gradient is routed (grad NULL) */
     SumsGeometry g;
 } SumsCall;
 
 static void run_batch_norm_sums(Task *task)
 {
     SumsCall *c = (SumsCall *)task;
-    BY_KIND(c->kind, batch_norm_sums, c->x, c->shift, c->grad, c->relu, c->partials, &c->g);
+    const PooledGrad *pool = c->pool.code ? &c->pool : NULL;
+    void *routed = pool ? scratch_rows(task, c->kind, c->g.block_rows, c->g.channels) : NULL;
+    if (pool && !routed)
+        return;
+    BY_KIND(c->kind, batch_norm_sums, c->x, c->shift, c->grad, c->relu, pool, routed,
+            c->partials, &c->g);
+    free(routed);
 }
 
 PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *shape, *x_obj, *shift_obj, *grad_obj, *relu_obj, *partials_obj;
+    PyObject *shape, *x_obj, *shift_obj, *grad_obj, *relu_obj, *partials_obj, *pool = NULL;
     SumsGeometry g;
-    if (!PyArg_ParseTuple(args, "O!OOOOO:batch_norm_sums", &PyTuple_Type, &shape, &x_obj,
-                          &shift_obj, &grad_obj, &relu_obj, &partials_obj)
+    if (!PyArg_ParseTuple(args, "O!OOOOO|O!:batch_norm_sums", &PyTuple_Type, &shape, &x_obj,
+                          &shift_obj, &grad_obj, &relu_obj, &partials_obj, &PyTuple_Type,
+                          &pool)
         || read_rows(shape, &g.rows, &g.channels, &g.first, &g.stop, &g.block_rows) < 0)
         return NULL;
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
-    if (grad_obj == Py_None && relu_obj != Py_None) {
-        PyErr_SetString(PyExc_ValueError, "relu_output: expected None without a grad");
+    if (grad_obj == Py_None && (relu_obj != Py_None || pool)) {
+        PyErr_SetString(PyExc_ValueError, "relu_output, pool: expected None without a grad");
         return NULL;
     }
     Py_ssize_t blocks = g.block_rows ? (g.rows + g.block_rows - 1) / g.block_rows : 0;
@@ -284,8 +507,10 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
     Views *views = &call->task.views;
     if (take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0
         || take(views, shift_obj, 0, kind, SIZES(g.channels), "shift", &call->shift) < 0
-        || take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad",
-                &call->grad) < 0
+        || (pool ? take_pooled(views, &call->pool, pool, kind, grad_obj, relu_obj, g.rows,
+                               g.channels)
+                 : take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad",
+                        &call->grad)) < 0
         || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &call->relu) < 0
         || take(views, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
@@ -346,33 +571,49 @@ typedef struct {
     Task task;
     char kind;
     void *grad, *relu, *x, *coefficients, *dx;
+    PooledGrad pool;            /* pool.code set: the gradient is routed (grad NULL) */
     ApplyGeometry g;
 } GradApplyCall;
 
 static void run_batch_norm_grad_apply(Task *task)
 {
     GradApplyCall *c = (GradApplyCall *)task;
+    const PooledGrad *pool = c->pool.code ? &c->pool : NULL;
+    const Py_ssize_t chunk = c->g.channels < APPLY_CHUNK_VALUES
+                             ? APPLY_CHUNK_VALUES / c->g.channels : 1;
+    void *routed = pool ? scratch_rows(task, c->kind, chunk, c->g.channels) : NULL;
+    if (pool && !routed)
+        return;
     BY_KIND(c->kind, batch_norm_grad_apply, c->grad, c->relu, c->x, c->coefficients, c->dx,
-            &c->g);
+            pool, routed, chunk, &c->g);
+    free(routed);
 }
 
 PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *shape, *grad_obj, *relu_obj, *x_obj, *coefficients_obj, *dx_obj;
+    PyObject *shape, *grad_obj, *relu_obj, *x_obj, *coefficients_obj, *dx_obj, *pool = NULL;
     ApplyGeometry g;
-    if (!PyArg_ParseTuple(args, "O!OOOOO:batch_norm_grad_apply", &PyTuple_Type, &shape,
-                          &grad_obj, &relu_obj, &x_obj, &coefficients_obj, &dx_obj)
+    if (!PyArg_ParseTuple(args, "O!OOOOO|O!:batch_norm_grad_apply", &PyTuple_Type, &shape,
+                          &grad_obj, &relu_obj, &x_obj, &coefficients_obj, &dx_obj,
+                          &PyTuple_Type, &pool)
         || read_rows(shape, &g.rows, &g.channels, &g.first, &g.stop, NULL) < 0)
         return NULL;
     char kind = float_kind(x_obj, "x");
     if (!kind)
         return NULL;
+    if (grad_obj == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "grad: expected an array, got None");
+        return NULL;
+    }
     GradApplyCall *call = new_task(sizeof *call, run_batch_norm_grad_apply);
     if (!call)
         return NULL;
     Views *views = &call->task.views;
-    if (take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad", &call->grad) < 0
+    if ((pool ? take_pooled(views, &call->pool, pool, kind, grad_obj, relu_obj, g.rows,
+                            g.channels)
+              : take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad",
+                     &call->grad)) < 0
         || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &call->relu) < 0
         || take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0

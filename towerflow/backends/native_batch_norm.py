@@ -3,7 +3,10 @@
 CPU pool: FusedBatchNorm, FusedBatchNormGrad and fusion.py's CPU chains
 ``_FusedBatchNormRelu`` (the ReLU applied as the output is written) and
 ``_ReluGradBatchNormGrad`` (the ReLU's gradient mask applied as the
-gradient is read).
+gradient is read); and for batch_norm_pool.py the chains with a max pool
+after the ReLU: its forward (one pass that normalises, rectifies and pools)
+and its gradient (the pool's routed gradient made a block of rows at a
+time, where the sums and the output pass read it).
 
 Each runs in two passes over the [rows, C] data, with no full-size
 temporaries (the NumPy kernels of fused_kernels.py make about eight):
@@ -124,13 +127,49 @@ def batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, paralle
     """
     if not takes(grad, relu_output, x, scale, mean, inv_std) or grad.shape != x.shape or \
             (relu_output is not None and relu_output.shape != x.shape) or \
-            any(vector.shape != (x.shape[-1],) for vector in (scale, mean, inv_std)):
+            not _per_channel(x, scale, mean, inv_std):
         return None
     channels = x.shape[-1]
-    rows2d, grad2d = x.reshape(-1, channels), grad.reshape(-1, channels)
     relu2d = None if relu_output is None else relu_output.reshape(-1, channels)
+    return _batch_norm_grad(grad.reshape(-1, channels), relu2d, None, x, scale, mean, inv_std,
+                            parallel)
+
+
+def batch_norm_grad_after_pool(winners, grad, pooled, x, scale, mean, inv_std, lay,
+                               parallel=SERIAL):
+    """FusedBatchNormGrad in training of the gradient that MaxPoolGrad →
+    ReluGrad make of the pool's ``winners``, its gradient ``grad`` and its
+    max ``pooled`` (pool_kernels' _MaxPoolGradRelu: the windows ``lay``
+    tiling x), without making that full-size gradient: (dx, dscale,
+    doffset), the separate kernels' bit for bit; or None where the compiled
+    kernels do not take the arrays or the windows do not tile x with at
+    most 8 taps::
+
+        dx, dscale, doffset = batch_norm_grad_after_pool(
+            winners, grad, pooled, x, scale, mean, inv_std, layout_of(x.shape))
+    """
+    pooled_shape = (x.shape[0], lay.out_h, lay.out_w, x.shape[-1]) if x.ndim == 4 else None
+    # (max_pool_grad's own checks: its dx would have x's shape)
+    if not takes(grad, pooled, x, scale, mean, inv_std) or \
+            not native.max_pool_grad_applies(winners, grad, lay, x, pooled) or \
+            any(array.shape != pooled_shape for array in (winners, grad, pooled)) or \
+            not _per_channel(x, scale, mean, inv_std):
+        return None
+    pool = (native.pool_geometry(x, lay), winners, pooled)
+    return _batch_norm_grad(grad, None, pool, x, scale, mean, inv_std, parallel)
+
+
+def _per_channel(x, *vectors):
+    return all(vector.shape == (x.shape[-1],) for vector in vectors)
+
+
+def _batch_norm_grad(grad, relu, pool, x, scale, mean, inv_std, parallel):
+    """(dx, dscale, doffset) of ``grad`` ([rows, C], masked by ``relu`` unless
+    None), or with ``pool`` of MaxPool's gradient ``grad`` routed (see
+    native.batch_norm_sums)."""
+    rows2d = x.reshape(-1, x.shape[-1])
     count = rows2d.shape[0]
-    doffset, centered_sum = _sums(rows2d, mean, grad2d, relu2d, parallel)
+    doffset, centered_sum = _sums(rows2d, mean, grad, relu, parallel, pool)
     inv_std64 = inv_std.astype(np.float64)
     dscale = centered_sum * inv_std64
     gain = scale * inv_std64
@@ -138,11 +177,11 @@ def batch_norm_grad_training(grad, relu_output, x, scale, mean, inv_std, paralle
                              gain * doffset * (1.0 / count)], dtype=x.dtype)
     dx = np.empty_like(rows2d)
     _over_rows(parallel, rows2d, lambda geometry: native.batch_norm_grad_apply(
-        geometry, grad2d, relu2d, rows2d, coefficients, dx))
+        geometry, grad, relu, rows2d, coefficients, dx, pool))
     return dx.reshape(x.shape), dscale.astype(x.dtype), doffset.astype(x.dtype)
 
 
-def _sums(rows2d, shift, grad2d, relu2d, parallel):
+def _sums(rows2d, shift, grad2d, relu2d, parallel, pool=None):
     """[2, C] float64 sums over the rows (see native_batch_norm.c's batch_norm_sums),
     block partials added in block order."""
     count, channels = rows2d.shape
@@ -154,7 +193,7 @@ def _sums(rows2d, shift, grad2d, relu2d, parallel):
     def add_blocks(part):
         first, stop = blocks * part // parts, blocks * (part + 1) // parts
         native.batch_norm_sums((count, channels, per_block, first, stop), rows2d, shift,
-                               grad2d, relu2d, partials)
+                               grad2d, relu2d, partials, pool)
     parallel.run_compiled(add_blocks, parts)
     # NOTE: a reduction over the leading axis adds the blocks one after
     # another, in order (no pairwise regrouping that could depend on threads).

@@ -7,7 +7,10 @@ import numpy as np
 
 from ..graph import registry
 from . import register_backend
-from .batch_norm_pool import batch_norm_relu_pool_kernels
+from .batch_norm_pool import (
+    batch_norm_relu_pool_kernels,
+    pool_grad_batch_norm_grad_kernels,
+)
 from .bfloat16_kernels import with_bfloat16
 from .collective_kernels import build_collective_kernels
 from .cpu_threads import cpu_pool
@@ -56,6 +59,7 @@ _COMPUTE_KERNELS = build_kernels(np, CPU_POOL, fused_updates=CompiledUpdates(CPU
 # training-mode batch norm (+ ReLU) compiled and threaded, NumPy where not taken
 _COMPUTE_KERNELS.update(cpu_batch_norm_kernels(_COMPUTE_KERNELS, CPU_POOL))
 _COMPUTE_KERNELS.update(batch_norm_relu_pool_kernels(_COMPUTE_KERNELS, CPU_POOL))
+_COMPUTE_KERNELS.update(pool_grad_batch_norm_grad_kernels(_COMPUTE_KERNELS, CPU_POOL))
 KERNELS = {**with_bfloat16({**_COMPUTE_KERNELS, **build_collective_kernels(),
                             **build_host_kernels(), **build_summary_kernels()}),
            **build_queue_kernels(), **build_dataset_kernels()}
