@@ -1,4 +1,5 @@
-"""tf.nn.conv2d_transpose, depthwise_conv2d(_native) and separable_conv2d:
+"""tf.nn.conv2d_transpose, conv2d_backprop_input / _filter, depthwise_conv2d(_native)
+and separable_conv2d:
 forward against NumPy references written from TF's definitions (and PyTorch
 where installed) on every device of op_device, gradients w.r.t. every input
 against float64 finite differences, and TF 1.15's shape-check errors."""
@@ -26,21 +27,39 @@ def same_pads(size, window, stride):
     return out, max((out - 1) * stride + window - size, 0) // 2
 
 
+def window_taps(out_hw, window, stride, padding, in_hw):
+    """(i, j, a, b, row, col) for every output pixel (i, j) of a conv2d and tap
+    (a, b) of its window that reads an input pixel (row, col) (not padding)."""
+    pads = [same_pads(size, k, stride)[1] if padding == "SAME" else 0
+            for size, k in zip(in_hw, window)]
+    for i in range(out_hw[0]):
+        for j in range(out_hw[1]):
+            for a in range(window[0]):
+                for b in range(window[1]):
+                    row, col = i * stride + a - pads[0], j * stride + b - pads[1]
+                    if 0 <= row < in_hw[0] and 0 <= col < in_hw[1]:
+                        yield i, j, a, b, row, col
+
+
 def transpose_reference(value, w, out_shape, stride, padding):
     """conv2d_transpose by its definition: every value pixel scatters its
     w[a, b] @ value[i, j] to output pixel (i * stride + a - pad, j * stride + b - pad)."""
-    kh, kw = w.shape[:2]
-    pads = [same_pads(size, k, stride)[1] if padding == "SAME" else 0
-            for size, k in zip(out_shape[1:3], (kh, kw))]
     out = np.zeros(out_shape, np.float64)
-    for i in range(value.shape[1]):
-        for j in range(value.shape[2]):
-            for a in range(kh):
-                for b in range(kw):
-                    row, col = i * stride + a - pads[0], j * stride + b - pads[1]
-                    if 0 <= row < out_shape[1] and 0 <= col < out_shape[2]:
-                        out[:, row, col] += value[:, i, j] @ w[a, b].T
+    for i, j, a, b, row, col in window_taps(value.shape[1:3], w.shape[:2], stride, padding,
+                                            out_shape[1:3]):
+        out[:, row, col] += value[:, i, j] @ w[a, b].T
     return out.astype(value.dtype)
+
+
+def filter_grad_reference(x, out_backprop, filter_sizes, stride, padding):
+    """conv2d's filter gradient by its definition: dw[a, b] sums, over every
+    output pixel (i, j), the input pixel its tap (a, b) read (TF's zero-padded
+    input) times that pixel's gradient."""
+    dw = np.zeros(filter_sizes, np.float64)
+    for i, j, a, b, row, col in window_taps(out_backprop.shape[1:3], filter_sizes[:2], stride,
+                                            padding, x.shape[1:3]):
+        dw[a, b] += x[:, row, col].T @ out_backprop[:, i, j]
+    return dw.astype(x.dtype)
 
 
 def depthwise_reference(x, w, stride, padding, rate=(1, 1)):
@@ -81,6 +100,21 @@ def transpose_case(name, value_shape, w_shape, out_shape, stride, padding):
                 floats(*value_shape), floats(*w_shape), needs_known_shape=True)
 
 
+def backprop_input_case(name, grad_shape, w_shape, input_sizes, stride, padding):
+    """conv2d_backprop_input is conv2d_transpose with conv2d's filter layout."""
+    return case(name, lambda g, w: tf.nn.conv2d_backprop_input(
+                    input_sizes, w, g, [1, stride, stride, 1], padding),
+                lambda g, w: transpose_reference(g, w, input_sizes, stride, padding),
+                floats(*grad_shape), floats(*w_shape), needs_known_shape=True)
+
+
+def backprop_filter_case(name, x_shape, grad_shape, filter_sizes, stride, padding):
+    return case(name, lambda x, g: tf.nn.conv2d_backprop_filter(
+                    x, filter_sizes, g, [1, stride, stride, 1], padding),
+                lambda x, g: filter_grad_reference(x, g, filter_sizes, stride, padding),
+                floats(*x_shape), floats(*grad_shape), needs_known_shape=True)
+
+
 def depthwise_case(name, x_shape, w_shape, stride, padding, rate=None):
     return case(name, lambda x, w: tf.nn.depthwise_conv2d(
                     x, w, [1, stride, stride, 1], padding, rate=rate),
@@ -105,6 +139,14 @@ CASES = [
                    [1, 10, 9, 3], 3, "VALID"),
     transpose_case("conv2d_transpose_1x1_stride2_valid", (2, 4, 3, 3), (1, 1, 2, 3),
                    [2, 8, 6, 2], 2, "VALID"),
+    backprop_input_case("conv2d_backprop_input_same_stride2", (2, 3, 4, 2), (3, 3, 3, 2),
+                        [2, 6, 8, 3], 2, "SAME"),
+    backprop_input_case("conv2d_backprop_input_valid_stride1", (1, 3, 3, 4), (2, 3, 2, 4),
+                        [1, 4, 5, 2], 1, "VALID"),
+    backprop_filter_case("conv2d_backprop_filter_same_stride2", (2, 6, 7, 3), (2, 3, 4, 2),
+                         [3, 3, 3, 2], 2, "SAME"),
+    backprop_filter_case("conv2d_backprop_filter_valid_stride1", (1, 5, 6, 2), (1, 4, 4, 3),
+                         [2, 3, 2, 3], 1, "VALID"),
     depthwise_case("depthwise_valid_stride_over_kernel", (1, 8, 7, 2), (2, 2, 2, 2), 3,
                    "VALID"),
     depthwise_case("depthwise_1x1_stride2", (1, 5, 5, 2), (1, 1, 2, 3), 2, "SAME"),
@@ -164,6 +206,33 @@ def test_output_shape_may_be_a_tensor_with_a_run_time_batch(op_device, rng):
       "outbackprop batch: 2")),
     (lambda v, w: tf.nn.conv2d_transpose(v, w, [2, 6, 6, 2], [1, 2, 2, 1], "FULL"),
      "padding must be 'SAME' or 'VALID', got 'FULL'"),
+    (lambda v, w: tf.nn.conv2d_backprop_input([2, 6, 6, 3], w, v, [1, 2, 2, 1], "SAME"),
+     "Conv2DCustomBackpropInput: input depth must be evenly divisible by filter depth"),
+    (lambda v, w: tf.nn.conv2d_backprop_input([2, 6, 6, 4], w, v, [1, 2, 2, 1], "SAME"),
+     r"Conv2DCustomBackpropInput: grouped convolutions \(input depth 4, filter depth 2\)"),
+    (lambda v, w: tf.nn.conv2d_backprop_input([2, 6, 6, 3], tf.zeros([3, 3, 3, 2]), v,
+                                              [1, 2, 2, 1], "SAME"),
+     "Conv2DCustomBackpropInput: filter and out_backprop must have the same out_depth"),
+    (lambda v, w: tf.nn.conv2d_backprop_input([2, 7, 6, 3], tf.zeros([3, 3, 3, 3]), v,
+                                              [1, 1, 1, 1], "SAME"),
+     ("Conv2DCustomBackpropInput: Size of out_backprop doesn't match computed: "
+      "actual = 3, computed = 7 spatial_dim: 1 input: 7 filter: 3 output: 3 stride: 1")),
+    (lambda v, w: tf.nn.conv2d_backprop_input([2, 6, 6], w, v, [1, 2, 2, 1], "SAME"),
+     r"input_sizes must have shape \(4,\), got \(3,\)"),
+    (lambda v, w: tf.nn.conv2d_backprop_filter(v, [3, 3, 2, 3], v, [1, 1, 1, 1], "SAME"),
+     "Conv2DCustomBackpropFilter: input depth must be evenly divisible by filter depth"),
+    (lambda v, w: tf.nn.conv2d_backprop_filter(v, [3, 3, 3, 2], v, [1, 1, 1, 1], "SAME"),
+     "Conv2DCustomBackpropFilter: filter and out_backprop must have the same out_depth"),
+    (lambda v, w: tf.nn.conv2d_backprop_filter(v, [3, 3, 3, 3], v, [1, 2, 2, 1], "SAME"),
+     ("Conv2DCustomBackpropFilter: Size of out_backprop doesn't match computed: "
+      "actual = 3, computed = 2 spatial_dim: 1 input: 3 filter: 3 output: 3 stride: 2")),
+    (lambda v, w: tf.nn.conv2d_backprop_filter(v, [3, 3, 3, 3], tf.zeros([4, 3, 3, 3]),
+                                               [1, 1, 1, 1], "SAME"),
+     ("Conv2DCustomBackpropFilter: input and out_backprop must have the same batch size, "
+      "input batch: 2 outbackprop batch: 4")),
+    (lambda v, w: tf.nn.conv2d_backprop_filter(
+        v, tf.placeholder(tf.int32, [4]), v, [1, 1, 1, 1], "SAME"),
+     "conv2d_backprop_filter needs all its sizes known when the graph is built"),
     (lambda v, w: tf.nn.depthwise_conv2d(tf.zeros([1, 5, 5, 4]), w, [1, 1, 1, 1], "SAME"),
      "input has 4 channels but the filter expects 2"),
     (lambda v, w: tf.nn.depthwise_conv2d(tf.zeros([1, 5, 5, 2]), w, [1, 2, 2, 1], "SAME",
@@ -189,6 +258,34 @@ def test_a_fed_batch_unlike_output_shapes_is_an_invalid_argument(op_device):
         session.run(y, {v: np.zeros((5, 3, 3, 3), np.float32)})
 
 
+@pytest.mark.parametrize("channels", [3, 16], ids=["im2col", "winograd"])
+def test_the_backprop_ops_are_conv2d_s_own_gradients(channels, rng):
+    """The same kernels as tf.gradients of conv2d, so the same bits; with 16
+    channels (3x3, stride 1) they run by Winograd, within its float32 bound
+    (2e-5 of the largest value, backends/winograd.py) of the float64 sums."""
+    x, w = rng.standard_normal((2, 8, 8, channels)), rng.standard_normal((3, 3, channels, 4))
+    dy = rng.standard_normal((2, 8, 8, 4))
+    xt, wt, dyt = (tf.constant(array.astype(np.float32)) for array in (x, w, dy))
+    grads = tf.gradients(tf.nn.conv2d(xt, wt, [1, 1, 1, 1], "SAME"), [xt, wt], grad_ys=dyt)
+    ours = [tf.nn.conv2d_backprop_input([2, 8, 8, channels], wt, dyt, [1, 1, 1, 1], "SAME"),
+            tf.nn.conv2d_backprop_filter(xt, [3, 3, channels, 4], dyt, [1, 1, 1, 1], "SAME")]
+    with tf.Session() as session:
+        expected, got = session.run([grads, ours])
+    references = [transpose_reference(dy, w, (2, 8, 8, channels), 1, "SAME"),
+                  filter_grad_reference(x, dy, (3, 3, channels, 4), 1, "SAME")]
+    for result, gradient, reference in zip(got, expected, references):
+        np.testing.assert_array_equal(result, gradient)
+        assert np.abs(result - reference).max() <= 2e-5 * np.abs(reference).max()
+
+
+def test_conv2d_backprop_filter_has_no_gradient_of_its_own():
+    x, dy = tf.zeros([1, 4, 4, 2]), tf.zeros([1, 4, 4, 3])
+    dw = tf.nn.conv2d_backprop_filter(x, [3, 3, 2, 3], dy, [1, 1, 1, 1], "SAME")
+    with pytest.raises(LookupError, match=r"No gradient defined for operation "
+                                          r"'Conv2DBackpropFilter' \(op type: "):
+        tf.gradients(dw, [x, dy])
+
+
 # -- gradients -------------------------------------------------------------------------
 
 
@@ -209,6 +306,9 @@ GRAD_CASES = [
               floats64(2, 2, 2, 3), unknown=(0,)),
     grad_case("conv2d_transpose_same_stride2_even", transpose_grad([1, 8, 7, 2], 2, "SAME"),
               floats64(1, 4, 4, 3), floats64(3, 3, 2, 3), unknown=(0,)),
+    grad_case("conv2d_backprop_input", lambda g, w: tf.nn.conv2d_backprop_input(
+        [1, 5, 6, 2], w, g, [1, 2, 2, 1], "SAME"), floats64(1, 3, 3, 3),
+        floats64(3, 3, 2, 3)),
     grad_case("depthwise_valid_stride_over_kernel", lambda x, w: tf.nn.depthwise_conv2d(
         x, w, [1, 3, 3, 1], "VALID"), floats64(1, 8, 7, 2), floats64(2, 2, 2, 2)),
     grad_case("depthwise_same_stride1", lambda x, w: tf.nn.depthwise_conv2d(

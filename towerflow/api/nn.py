@@ -1,6 +1,7 @@
 """``tf.nn``: activations, losses, convolution, pooling, normalisation."""
 
-from ..ops.conv_ops import avg_pool, conv2d, conv2d_transpose, max_pool
+from ..ops.conv_ops import (avg_pool, conv2d, conv2d_backprop_filter, conv2d_backprop_input,
+                             conv2d_transpose, max_pool)
 from ..ops.depthwise_conv_ops import (depthwise_conv2d, depthwise_conv2d_native,
                                       separable_conv2d)
 from ..ops.math_ops import sigmoid, tanh

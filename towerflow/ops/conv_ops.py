@@ -108,10 +108,7 @@ def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True
            data_format="NHWC", dilations=None, name=None, filters=None):
     """2-D convolution, NHWC input and HWIO filter: ``tf.nn.conv2d(x, w, [1, 1, 1, 1],
     'SAME')``."""
-    if data_format != "NHWC":
-        raise ValueError(f"conv2d supports data_format='NHWC' only, got {data_format!r}")
-    if dilations not in (None, 1, [1, 1, 1, 1], (1, 1, 1, 1)):
-        raise ValueError(f"conv2d supports dilation 1 only, got {dilations}")
+    _check_layout("conv2d", data_format, dilations)
     x = convert_to_tensor(input)
     w = convert_to_tensor(filter if filter is not None else filters, dtype=x.dtype)
     stride_hw, padding = _spatial_attrs(strides if strides is not None else 1, padding,
@@ -151,25 +148,99 @@ def conv2d_transpose(value, filter=None, output_shape=None, strides=None, paddin
     ``tf.stack`` of ints and scalar tensors, or ``tf.shape(t)``); its height,
     width and channels must be known when the graph is built, its batch may
     be a run-time value (it is then the batch of ``value``)."""
-    if data_format != "NHWC":
-        raise ValueError(f"conv2d_transpose supports data_format='NHWC' only, "
-                         f"got {data_format!r}")
-    if dilations not in (None, 1, [1, 1, 1, 1], (1, 1, 1, 1)):
-        raise ValueError(f"conv2d_transpose supports dilation 1 only, got {dilations}")
+    _check_layout("conv2d_transpose", data_format, dilations)
     x = convert_to_tensor(value if value is not None else input)
     w = convert_to_tensor(filter if filter is not None else filters, dtype=x.dtype)
     _check_transpose_channels(x, w)
     dims = _output_dims(output_shape)
-    _check_nhwc(x, "conv2d_transpose")
     if isinstance(output_shape, (list, np.ndarray)):
         _check_output_channels(dims[3], w)
-    stride_hw, padding = _spatial_attrs(strides if strides is not None else 1, padding,
-                                        "conv2d_transpose")
-    _check_transpose_sizes(x, w, dims, stride_hw, padding)
+    return _backprop_input(x, w, dims, strides, padding, "conv2d_transpose",
+                           name or "conv2d_transpose")
+
+
+def conv2d_backprop_input(input_sizes, filter=None, out_backprop=None, strides=None,
+                          padding=None, use_cudnn_on_gpu=True, data_format="NHWC",
+                          dilations=None, name=None, filters=None):
+    """The gradient of ``conv2d(x, filter)`` with respect to ``x`` (of shape
+    ``input_sizes``), given the gradient ``out_backprop`` of its output; the
+    op conv2d_transpose builds, with the filter [h, w, in, out] as conv2d's::
+
+        dx = tf.nn.conv2d_backprop_input([8, 28, 28, 3], w, dy, [1, 1, 1, 1], 'SAME')
+
+    ``input_sizes`` as conv2d_transpose's ``output_shape``."""
+    _check_layout("conv2d_backprop_input", data_format, dilations)
+    grad = convert_to_tensor(out_backprop)
+    w = convert_to_tensor(filter if filter is not None else filters, dtype=grad.dtype)
+    dims = _output_dims(input_sizes, "conv2d_backprop_input", "input_sizes")
+    _check_depths(_LABEL, (dims[3], _dim(w, 2)), (_dim(w, 3), _dim(grad, 3)))
+    return _backprop_input(grad, w, dims, strides, padding, "conv2d_backprop_input",
+                           name or "Conv2DBackpropInput")
+
+
+def _check_layout(what, data_format, dilations):
+    if data_format != "NHWC":
+        raise ValueError(f"{what} supports data_format='NHWC' only, got {data_format!r}")
+    if dilations not in (None, 1, [1, 1, 1, 1], (1, 1, 1, 1)):
+        raise ValueError(f"{what} supports dilation 1 only, got {dilations}")
+
+
+def _check_depths(label, in_depths, out_depths):
+    """TF's kernels' depth checks (TF 1.14 on): the input's channels against
+    the filter's third axis, the filter's fourth against the gradient's
+    channels. A multiple (TF's grouped convolutions) is refused too."""
+    (in_depth, filter_depth), known = in_depths, None not in in_depths
+    if known and (filter_depth < 1 or in_depth % filter_depth):
+        raise ValueError(f"{label}: input depth must be evenly divisible by filter depth")
+    if known and in_depth != filter_depth:
+        raise ValueError(f"{label}: grouped convolutions (input depth {in_depth}, filter "
+                         f"depth {filter_depth}) are not supported")
+    if None not in out_depths and out_depths[0] != out_depths[1]:
+        raise ValueError(f"{label}: filter and out_backprop must have the same out_depth")
+
+
+def _backprop_input(grad, w, dims, strides, padding, what, name):
+    """Conv2DBackpropInput of ``grad`` by ``w`` into the shape ``dims``."""
+    _check_nhwc(grad, what)
+    stride_hw, padding = _spatial_attrs(strides if strides is not None else 1, padding, what)
+    _check_backprop_sizes(_LABEL, dims, grad, (_dim(w, 0), _dim(w, 1)), stride_hw, padding)
     attrs = {"strides": stride_hw, "padding": padding, "input_sizes": tuple(dims[1:]),
              "batch": dims[0]}
-    return x.graph.create_op("Conv2DBackpropInput", [w, x], attrs,
-                             name=name or "conv2d_transpose").outputs[0]
+    return grad.graph.create_op("Conv2DBackpropInput", [w, grad], attrs, name=name).outputs[0]
+
+
+_FILTER_LABEL = "Conv2DCustomBackpropFilter"     # TF's CPU kernel's, as _LABEL
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
+                           use_cudnn_on_gpu=True, data_format="NHWC", dilations=None,
+                           name=None):
+    """The gradient of ``conv2d(input, filter)`` with respect to a filter of
+    shape ``filter_sizes`` [h, w, in, out] (known when the graph is built: a
+    list, an array or a constant), given the gradient ``out_backprop`` of its
+    output::
+
+        dw = tf.nn.conv2d_backprop_filter(x, [3, 3, 3, 16], dy, [1, 1, 1, 1], 'SAME')
+
+    It runs a Conv2D of ``input`` by a zero filter for the patches (or
+    Winograd tiles) the filter gradient reads: about twice the cost of the
+    filter gradient inside a training step, which reuses the forward's."""
+    _check_layout("conv2d_backprop_filter", data_format, dilations)
+    x = convert_to_tensor(input)
+    grad = convert_to_tensor(out_backprop, dtype=x.dtype)
+    sizes = _output_dims(filter_sizes, "conv2d_backprop_filter", "filter_sizes", known=0)
+    _check_nhwc(x, "conv2d_backprop_filter")
+    _check_nhwc(grad, "conv2d_backprop_filter")
+    _check_depths(_FILTER_LABEL, (_dim(x, 3), sizes[2]), (sizes[3], _dim(grad, 3)))
+    stride_hw, padding = _spatial_attrs(strides, padding, "conv2d_backprop_filter")
+    _check_backprop_sizes(_FILTER_LABEL, [_dim(x, axis) for axis in range(4)], grad,
+                          sizes[:2], stride_hw, padding)
+    zeros = np.zeros(sizes, dtype=x.dtype.as_numpy_dtype)
+    conv = x.graph.create_op("Conv2D", [x, convert_to_tensor(zeros)],
+                             {"strides": stride_hw, "padding": padding})
+    return x.graph.create_op("Conv2DBackpropFilter", [conv.outputs[1], grad],
+                             {"filter_shape": tuple(sizes)},
+                             name=name or "Conv2DBackpropFilter").outputs[0]
 
 
 def _check_transpose_channels(x, w):
@@ -190,15 +261,18 @@ def _dim(tensor, axis):
     return None if dims is None or len(dims) <= axis else dims[axis]
 
 
-def _output_dims(output_shape):
-    """[batch or None, height, width, channels] of conv2d_transpose's output_shape."""
+def _output_dims(output_shape, what="conv2d_transpose", name="output_shape", known=1):
+    """[batch or None, height, width, channels] of conv2d_transpose's output_shape
+    (or ``what``'s argument ``name``), all but the first ``known`` of them
+    known when the graph is built."""
     elements = _shape_elements(output_shape)
     if len(elements) != 4:
-        raise ValueError(f"output_shape must have shape (4,), got ({len(elements)},)")
+        raise ValueError(f"{name} must have shape (4,), got ({len(elements)},)")
     dims = [_static_dim(element) for element in elements]
-    if None in dims[1:]:
-        raise ValueError(f"conv2d_transpose needs output_shape's height, width and channels "
-                         f"known when the graph is built, got {output_shape}")
+    if None in dims[known:]:
+        which = "all its sizes" if known == 0 else f"{name}'s height, width and channels"
+        raise ValueError(f"{what} needs {which} known when the graph is built, "
+                         f"got {output_shape}")
     return dims
 
 
@@ -227,26 +301,24 @@ def _static_dim(element):
     return None if element is None else int(element)
 
 
-def _check_transpose_sizes(x, w, dims, strides, padding):
-    """TF's shape checks: conv2d over the output would give back value's sizes."""
-    batch = _dim(x, 0)
-    if None not in (batch, dims[0]) and batch != dims[0]:
-        raise ValueError(_batch_mismatch(dims[0], batch))
+def _check_backprop_sizes(label, input_dims, grad, windows, strides, padding):
+    """TF's kernels' shape checks: conv2d of an input of ``input_dims`` [N, H,
+    W, ...] by windows of ``windows`` (h, w) gives ``grad``'s batch and sizes."""
+    batch = _dim(grad, 0)
+    if None not in (batch, input_dims[0]) and batch != input_dims[0]:
+        raise ValueError(f"{label}: input and out_backprop must have the same batch size, "
+                         f"input batch: {input_dims[0]} outbackprop batch: {batch} "
+                         f"batch_dim: 0")
     for axis in (1, 2):
-        window, actual = _dim(w, axis - 1), _dim(x, axis)
-        if None in (window, actual):
+        window, actual, size = windows[axis - 1], _dim(grad, axis), input_dims[axis]
+        if None in (window, actual, size):
             continue
-        computed = output_size(dims[axis], window, strides[axis - 1], padding)
+        computed = output_size(size, window, strides[axis - 1], padding)
         if computed != actual:
             raise ValueError(
-                f"{_LABEL}: Size of out_backprop doesn't match computed: actual = {actual}, "
-                f"computed = {computed} spatial_dim: {axis} input: {dims[axis]} filter: "
+                f"{label}: Size of out_backprop doesn't match computed: actual = {actual}, "
+                f"computed = {computed} spatial_dim: {axis} input: {size} filter: "
                 f"{window} output: {actual} stride: {strides[axis - 1]} dilation: 1")
-
-
-def _batch_mismatch(output_batch, value_batch):
-    return (f"{_LABEL}: input and out_backprop must have the same batch size, input batch: "
-            f"{output_batch} outbackprop batch: {value_batch} batch_dim: 0")
 
 
 def _conv2d_transpose_grad(op, grad):
