@@ -101,7 +101,7 @@ def transpose_case(name, value_shape, w_shape, out_shape, stride, padding):
 
 
 def backprop_input_case(name, grad_shape, w_shape, input_sizes, stride, padding):
-    """conv2d_backprop_input is conv2d_transpose with conv2d's filter layout."""
+    """conv2d_backprop_input is conv2d_transpose's op, its arguments in TF's order."""
     return case(name, lambda g, w: tf.nn.conv2d_backprop_input(
                     input_sizes, w, g, [1, stride, stride, 1], padding),
                 lambda g, w: transpose_reference(g, w, input_sizes, stride, padding),
@@ -233,6 +233,10 @@ def test_output_shape_may_be_a_tensor_with_a_run_time_batch(op_device, rng):
     (lambda v, w: tf.nn.conv2d_backprop_filter(
         v, tf.placeholder(tf.int32, [4]), v, [1, 1, 1, 1], "SAME"),
      "conv2d_backprop_filter needs all its sizes known when the graph is built"),
+    (lambda v, w: tf.nn.conv2d_backprop_filter(
+        v, [3, 3, 3, 3], tf.placeholder(tf.float32, [2, None, None, 3]), [1, 1, 1, 1],
+        "SAME"),
+     "conv2d_backprop_filter needs the height and width of input and out_backprop known"),
     (lambda v, w: tf.nn.depthwise_conv2d(tf.zeros([1, 5, 5, 4]), w, [1, 1, 1, 1], "SAME"),
      "input has 4 channels but the filter expects 2"),
     (lambda v, w: tf.nn.depthwise_conv2d(tf.zeros([1, 5, 5, 2]), w, [1, 2, 2, 1], "SAME",
@@ -276,6 +280,27 @@ def test_the_backprop_ops_are_conv2d_s_own_gradients(channels, rng):
     for result, gradient, reference in zip(got, expected, references):
         np.testing.assert_array_equal(result, gradient)
         assert np.abs(result - reference).max() <= 2e-5 * np.abs(reference).max()
+
+
+@pytest.mark.parametrize("fed_shape, pattern", [
+    ((1, 5, 5, 3), ("Size of out_backprop doesn't match computed: actual = 5, computed = 3 "
+                    "spatial_dim: 1 input: 6 filter: 3 output: 5 stride: 2")),
+    ((1, 3, 5, 3), ("Size of out_backprop doesn't match computed: actual = 5, computed = 4 "
+                    "spatial_dim: 2 input: 8 filter: 3 output: 5 stride: 2")),
+    ((1, 3, 4, 2), "filter and out_backprop must have the same out_depth")])
+def test_a_fed_out_backprop_of_other_sizes_is_an_invalid_argument(op_device, fed_shape,
+                                                                  pattern):
+    """Sizes the graph left open are checked when the gradient is fed, as TF's
+    kernel checks them (before, the first rows were read as if they fit)."""
+    with tf.device(op_device):
+        grad = tf.placeholder(tf.float32, [None, None, None, None])
+        dx = tf.nn.conv2d_backprop_input([1, 6, 8, 2], tf.zeros([3, 3, 2, 3]), grad,
+                                         [1, 2, 2, 1], "SAME")
+    with tf.Session() as session:
+        session.run(dx, {grad: np.zeros((1, 3, 4, 3), np.float32)})
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="Conv2DCustomBackpropInput: " + pattern):
+            session.run(dx, {grad: np.zeros(fed_shape, np.float32)})
 
 
 def test_conv2d_backprop_filter_has_no_gradient_of_its_own():

@@ -400,6 +400,22 @@ def test_the_pooled_gradient_kernels_refuse_a_geometry_unlike_the_rows():
                                      ((2, 4, 4, 8, 3, 3, 2, 2), winners, pooled))
 
 
+def test_the_pooled_gradient_kernels_take_edge_geometries():
+    """A block larger than the rows (one block) routes as the rows' own block;
+    zero channels write nothing (both crashed the process once: a scratch
+    buffer sized by the block, a chunk divided by the channels)."""
+    _, winners, grad, pooled, x, *_ = pooled_gradient_inputs((2, 2), (2, 2), "VALID",
+                                                            (2, 4, 4, 8), np.float64)
+    rows, pool = x.reshape(-1, 8), ((2, 4, 4, 8, 2, 2, 2, 2), winners, pooled)
+    sums = [np.empty((1, 2, 8)) for _ in range(2)]
+    native.batch_norm_sums((32, 8, 32, 0, 1), rows, rows[0], grad, None, sums[0], pool)
+    native.batch_norm_sums((32, 8, 1 << 61, 0, 1), rows, rows[0], grad, None, sums[1], pool)
+    np.testing.assert_array_equal(sums[0], sums[1])
+    empty = np.empty((5, 0))
+    native.batch_norm_grad_apply((5, 0, 0, 5), empty, None, empty, np.empty((4, 0)),
+                                 np.empty((5, 0)))
+
+
 # -- a training flag fed at run time --------------------------------------------------------
 
 

@@ -35,8 +35,8 @@ Fused chains (kernel name: ops, first to last):
 - ``_MaxPoolGradReluBatchNormGrad``: MaxPoolGrad → ReluGrad → FusedBatchNormGrad
   (training), the _MaxPoolGradRelu above then a batch-norm gradient, on the
   CPU (backends/batch_norm_pool.py). Inputs (x, winners, grad, pooled max,
-  then the batch-norm gradient's x, scale, mean, inv_std); outputs the
-  batch-norm gradient's. The full-size routed gradient is never written.
+  then the batch-norm gradient's x, scale, mean, inv_std, and a fed training
+  flag last); outputs the batch-norm gradient's. The full-size routed gradient is never written.
 - ``_FusedBatchNormRelu``: FusedBatchNorm (training) → Relu. Inputs the batch
   norm's; outputs (the ReLU's, then the batch norm's four statistics). It
   runs where the batch norm ran: the moving-average updates that read the

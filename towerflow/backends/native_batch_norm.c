@@ -60,7 +60,15 @@ typedef struct {
 
 /* Eight winner codes as integers as wide as the floats: each lane shifts its byte
  * down from a broadcast word (GCC 12 converted a vector of 8 bytes one byte at a
- * time, through general registers: 2x slower than the separate kernels). */
+ * time, through general registers: 2x slower than the separate kernels). Code k
+ * is the word's k-th byte in memory: its low byte first on a little-endian CPU. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define CODE_SHIFTS_32 {24, 16, 8, 0, 24, 16, 8, 0}
+#define CODE_SHIFTS_64 {56, 48, 40, 32, 24, 16, 8, 0}
+#else
+#define CODE_SHIFTS_32 {0, 8, 16, 24, 0, 8, 16, 24}
+#define CODE_SHIFTS_64 {0, 8, 16, 24, 32, 40, 48, 56}
+#endif
 typedef uint32_t uint32_lanes __attribute__((vector_size(8 * sizeof(uint32_t))));
 typedef uint64_t uint64_lanes __attribute__((vector_size(8 * sizeof(uint64_t))));
 typedef int32_t int32_t_lanes __attribute__((vector_size(8 * sizeof(int32_t))));
@@ -74,7 +82,7 @@ static inline __attribute__((always_inline)) void codes_int32_t(const uint8_t *k
     memcpy(words, k, sizeof words);
     const uint32_lanes broadcast = {words[0], words[0], words[0], words[0],
                                     words[1], words[1], words[1], words[1]};
-    *codes = (int32_t_lanes)((broadcast >> (uint32_lanes){0, 8, 16, 24, 0, 8, 16, 24}) & 255);
+    *codes = (int32_t_lanes)((broadcast >> (uint32_lanes)CODE_SHIFTS_32) & 255);
 }
 
 static inline __attribute__((always_inline)) void codes_int64_t(const uint8_t *k,
@@ -83,12 +91,11 @@ static inline __attribute__((always_inline)) void codes_int64_t(const uint8_t *k
     uint64_t word;
     memcpy(&word, k, sizeof word);
     const uint64_lanes broadcast = (uint64_lanes){0} + word;
-    *codes = (int64_t_lanes)((broadcast >> (uint64_lanes){0, 8, 16, 24, 32, 40, 48, 56})
-                             & 255);
+    *codes = (int64_t_lanes)((broadcast >> (uint64_lanes)CODE_SHIFTS_64) & 255);
 }
 
 /* Values per buffer of rows that batch_norm_grad_apply routes at a time (32 KiB
- * of float32: it is written, then read at once, in cache). */
+ * of float32, 64 KiB of float64: it is written, then read at once, in cache). */
 #define APPLY_CHUNK_VALUES 8192
 
 #define DEFINE_ROUTED_GRAD(T, LANE, SUFFIX)                                    \
@@ -388,7 +395,6 @@ WIDE_LOOPS static void batch_norm_pool_##SUFFIX(const T *x, const T *coefficient
 DEFINE_BATCH_NORM_POOL(float, int32_t, f32)
 DEFINE_BATCH_NORM_POOL(double, int64_t, f64)
 
-
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -433,9 +439,14 @@ static int take_pooled(Views *views, PooledGrad *p, PyObject *pool, char kind,
         || read_geometry(pool_shape, g) < 0
         || product_of(SIZES(g->n, g->h, g->w), "pool geometry", &cells) < 0)
         return -1;
-    if (g->c != channels || cells != rows || relu_obj != Py_None) {
+    if (g->c != channels || cells != rows) {
         PyErr_SetString(PyExc_ValueError, "pool: its geometry's (n, h, w, c) must be the "
-                                          "rows' [n * h * w, c], and relu_output None");
+                                          "rows' [n * h * w, c]");
+        return -1;
+    }
+    if (relu_obj != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "relu_output: expected None with a pool (the "
+                                          "pooled max masks the gradient)");
         return -1;
     }
     if (code_obj == Py_None || grad_obj == Py_None || pooled_obj == Py_None) {
@@ -467,15 +478,18 @@ typedef struct {
     Task task;
     char kind;
     void *x, *shift, *grad, *relu, *partials;
-    PooledGrad pool;            /* pool.code set: the gradient is routed (grad NULL) */
+    int routed;                 /* the gradient is routed from pool (grad NULL) */
+    PooledGrad pool;
     SumsGeometry g;
 } SumsCall;
 
 static void run_batch_norm_sums(Task *task)
 {
     SumsCall *c = (SumsCall *)task;
-    const PooledGrad *pool = c->pool.code ? &c->pool : NULL;
-    void *routed = pool ? scratch_rows(task, c->kind, c->g.block_rows, c->g.channels) : NULL;
+    const PooledGrad *pool = c->routed ? &c->pool : NULL;
+    /* (at most the rows there are: a block no larger than x, whose size was checked) */
+    const Py_ssize_t rows = c->g.block_rows < c->g.rows ? c->g.block_rows : c->g.rows;
+    void *routed = pool ? scratch_rows(task, c->kind, rows, c->g.channels) : NULL;
     if (pool && !routed)
         return;
     BY_KIND(c->kind, batch_norm_sums, c->x, c->shift, c->grad, c->relu, pool, routed,
@@ -519,6 +533,7 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
         return NULL;
     }
     call->kind = kind;
+    call->routed = pool != NULL;
     call->g = g;
     return submit(&call->task);
 }
@@ -571,15 +586,16 @@ typedef struct {
     Task task;
     char kind;
     void *grad, *relu, *x, *coefficients, *dx;
-    PooledGrad pool;            /* pool.code set: the gradient is routed (grad NULL) */
+    int routed;                 /* the gradient is routed from pool (grad NULL) */
+    PooledGrad pool;
     ApplyGeometry g;
 } GradApplyCall;
 
 static void run_batch_norm_grad_apply(Task *task)
 {
     GradApplyCall *c = (GradApplyCall *)task;
-    const PooledGrad *pool = c->pool.code ? &c->pool : NULL;
-    const Py_ssize_t chunk = c->g.channels < APPLY_CHUNK_VALUES
+    const PooledGrad *pool = c->routed ? &c->pool : NULL;
+    const Py_ssize_t chunk = c->g.channels > 0 && c->g.channels < APPLY_CHUNK_VALUES
                              ? APPLY_CHUNK_VALUES / c->g.channels : 1;
     void *routed = pool ? scratch_rows(task, c->kind, chunk, c->g.channels) : NULL;
     if (pool && !routed)
@@ -624,6 +640,7 @@ PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
         return NULL;
     }
     call->kind = kind;
+    call->routed = pool != NULL;
     call->g = g;
     return submit(&call->task);
 }

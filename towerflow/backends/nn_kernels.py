@@ -146,17 +146,38 @@ def sized_backprop_input(ctx, grad_input):
     sizes, batch = ctx.attrs.get("input_sizes"), ctx.attrs.get("batch")
     if sizes is None:
         return grad_input
+    layout_of = _layout_maker(ctx.attrs)
 
     def kernel(*inputs):
         if len(inputs) == 3:        # a wrapping table's fallback passes the stand-in on
             return grad_input(*inputs)
         w, grad = inputs
         if batch is not None and grad.shape[0] != batch:
-            raise ValueError(f"Conv2DCustomBackpropInput: input and out_backprop must have "
+            raise ValueError(f"{_INPUT_LABEL}: input and out_backprop must have "
                              f"the same batch size, input batch: {batch} outbackprop "
                              f"batch: {grad.shape[0]} batch_dim: 0")
-        return grad_input(_ShapeOnly((grad.shape[0],) + tuple(sizes)), w, grad)
+        x_shape = (grad.shape[0],) + tuple(sizes)
+        _check_out_backprop(x_shape, w.shape, grad.shape, layout_of(x_shape, w.shape[:2]))
+        return grad_input(_ShapeOnly(x_shape), w, grad)
     return kernel
+
+
+_INPUT_LABEL = "Conv2DCustomBackpropInput"      # TF's CPU kernel's, in its messages
+
+
+def _check_out_backprop(x_shape, w_shape, grad_shape, lay):
+    """TF's run-time checks of a fed out_backprop whose sizes the graph left
+    open: conv2d of x by w must give its sizes and channels."""
+    if w_shape[3] != grad_shape[3]:
+        raise ValueError(f"{_INPUT_LABEL}: filter and out_backprop must have the same "
+                         f"out_depth")
+    for axis, computed in ((1, lay.out_h), (2, lay.out_w)):
+        if grad_shape[axis] != computed:
+            raise ValueError(
+                f"{_INPUT_LABEL}: Size of out_backprop doesn't match computed: actual = "
+                f"{grad_shape[axis]}, computed = {computed} spatial_dim: {axis} input: "
+                f"{x_shape[axis]} filter: {w_shape[axis - 1]} output: {grad_shape[axis]} "
+                f"stride: {lay.strides[axis - 1]} dilation: 1")
 
 
 def _conv_bias_pool_relu(xp, conv, ctx):

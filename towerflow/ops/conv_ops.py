@@ -163,8 +163,9 @@ def conv2d_backprop_input(input_sizes, filter=None, out_backprop=None, strides=N
                           padding=None, use_cudnn_on_gpu=True, data_format="NHWC",
                           dilations=None, name=None, filters=None):
     """The gradient of ``conv2d(x, filter)`` with respect to ``x`` (of shape
-    ``input_sizes``), given the gradient ``out_backprop`` of its output; the
-    op conv2d_transpose builds, with the filter [h, w, in, out] as conv2d's::
+    ``input_sizes``), given the gradient ``out_backprop`` of its output: the
+    op conv2d_transpose builds (the same filter, [h, w, in, out] as conv2d
+    takes it; only the arguments' order and the op's name differ)::
 
         dx = tf.nn.conv2d_backprop_input([8, 28, 28, 3], w, dy, [1, 1, 1, 1], 'SAME')
 
@@ -217,7 +218,8 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
                            name=None):
     """The gradient of ``conv2d(input, filter)`` with respect to a filter of
     shape ``filter_sizes`` [h, w, in, out] (known when the graph is built: a
-    list, an array or a constant), given the gradient ``out_backprop`` of its
+    list, an array or a constant, as are the heights and widths of ``input``
+    and ``out_backprop``), given the gradient ``out_backprop`` of its
     output::
 
         dw = tf.nn.conv2d_backprop_filter(x, [3, 3, 3, 16], dy, [1, 1, 1, 1], 'SAME')
@@ -228,9 +230,17 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
     _check_layout("conv2d_backprop_filter", data_format, dilations)
     x = convert_to_tensor(input)
     grad = convert_to_tensor(out_backprop, dtype=x.dtype)
-    sizes = _output_dims(filter_sizes, "conv2d_backprop_filter", "filter_sizes", known=0)
+    sizes = _output_dims(filter_sizes, "conv2d_backprop_filter", "filter_sizes",
+                         open_batch=False)
     _check_nhwc(x, "conv2d_backprop_filter")
     _check_nhwc(grad, "conv2d_backprop_filter")
+    if None in [_dim(tensor, axis) for tensor in (x, grad) for axis in (1, 2)]:
+        # NOTE: the kernel sees the patches, not the input's height and width, so it
+        # could not tell a fed out_backprop of swapped sizes (6x4 for 4x6) from a
+        # right one: the sizes are checked here, and must be known here
+        raise ValueError(f"conv2d_backprop_filter needs the height and width of input and "
+                         f"out_backprop known when the graph is built, got {x.shape} and "
+                         f"{grad.shape}")
     _check_depths(_FILTER_LABEL, (_dim(x, 3), sizes[2]), (sizes[3], _dim(grad, 3)))
     stride_hw, padding = _spatial_attrs(strides, padding, "conv2d_backprop_filter")
     _check_backprop_sizes(_FILTER_LABEL, [_dim(x, axis) for axis in range(4)], grad,
@@ -261,16 +271,16 @@ def _dim(tensor, axis):
     return None if dims is None or len(dims) <= axis else dims[axis]
 
 
-def _output_dims(output_shape, what="conv2d_transpose", name="output_shape", known=1):
-    """[batch or None, height, width, channels] of conv2d_transpose's output_shape
-    (or ``what``'s argument ``name``), all but the first ``known`` of them
-    known when the graph is built."""
+def _output_dims(output_shape, what="conv2d_transpose", name="output_shape", open_batch=True):
+    """[batch, height, width, channels] of conv2d_transpose's output_shape (or
+    ``what``'s argument ``name``), all known when the graph is built but, with
+    ``open_batch``, the batch (then None where it is a run-time value)."""
     elements = _shape_elements(output_shape)
     if len(elements) != 4:
         raise ValueError(f"{name} must have shape (4,), got ({len(elements)},)")
     dims = [_static_dim(element) for element in elements]
-    if None in dims[known:]:
-        which = "all its sizes" if known == 0 else f"{name}'s height, width and channels"
+    if None in dims[1 if open_batch else 0:]:
+        which = f"{name}'s height, width and channels" if open_batch else "all its sizes"
         raise ValueError(f"{what} needs {which} known when the graph is built, "
                          f"got {output_shape}")
     return dims
