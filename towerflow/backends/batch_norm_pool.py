@@ -98,25 +98,31 @@ def pool_grad_batch_norm_grad_kernels(table, parallel=SERIAL):
 
 def _grad_member_contexts(ctx):
     """The contexts the pool gradient's and the batch-norm gradient's own
-    makers expect (see _member_contexts)."""
-    pool_ctx, batch_norm_ctx = copy.copy(ctx), copy.copy(ctx)
-    batch_norm_ctx.attrs = {key: value for key, value in ctx.attrs.items() if key != "pool"}
-    pool_ctx.attrs, pool_ctx.output_dtypes = ctx.attrs["pool"], list(ctx.output_dtypes[:1])
-    if getattr(ctx, "outputs_used", None) is not None:
-        pool_ctx.outputs_used = [True]
-    return pool_ctx, batch_norm_ctx
+    makers expect (the pool gradient's one output: the batch norm's input)."""
+    used = getattr(ctx, "outputs_used", None)
+    return (_member(ctx, ctx.attrs["pool"], ctx.output_dtypes[:1],
+                    None if used is None else [True]),
+            _member(ctx, _batch_norm_attrs(ctx), ctx.output_dtypes, used))
 
 
 def _member_contexts(ctx):
     """The contexts the batch norm's and the pool's own makers expect: their
     attributes, output dtypes and used outputs."""
-    dtypes = list(ctx.output_dtypes)
-    used = getattr(ctx, "outputs_used", None)
-    batch_norm_ctx, pool_ctx = copy.copy(ctx), copy.copy(ctx)
-    batch_norm_ctx.attrs = {key: value for key, value in ctx.attrs.items() if key != "pool"}
-    batch_norm_ctx.output_dtypes = dtypes[:1] + dtypes[2:]
-    pool_ctx.attrs, pool_ctx.output_dtypes = ctx.attrs["pool"], dtypes[:2]
-    if used is not None:
-        batch_norm_ctx.outputs_used = [True] + list(used[2:])
-        pool_ctx.outputs_used = list(used[:2])
-    return batch_norm_ctx, pool_ctx
+    dtypes, used = list(ctx.output_dtypes), getattr(ctx, "outputs_used", None)
+    batch_norm_used, pool_used = (None, None) if used is None else \
+        ([True] + list(used[2:]), list(used[:2]))
+    return (_member(ctx, _batch_norm_attrs(ctx), dtypes[:1] + dtypes[2:], batch_norm_used),
+            _member(ctx, ctx.attrs["pool"], dtypes[:2], pool_used))
+
+
+def _batch_norm_attrs(ctx):
+    return {key: value for key, value in ctx.attrs.items() if key != "pool"}
+
+
+def _member(ctx, attrs, output_dtypes, outputs_used):
+    """A copy of ``ctx`` for one member's maker (``outputs_used`` None: ctx's)."""
+    member = copy.copy(ctx)
+    member.attrs, member.output_dtypes = attrs, list(output_dtypes)
+    if outputs_used is not None:
+        member.outputs_used = outputs_used
+    return member

@@ -98,7 +98,7 @@ static inline __attribute__((always_inline)) void codes_int64_t(const uint8_t *k
  * of float32, 64 KiB of float64: it is written, then read at once, in cache). */
 #define APPLY_CHUNK_VALUES 8192
 
-#define DEFINE_ROUTED_GRAD(T, LANE, SUFFIX)                                    \
+#define DEFINE_ROUTED_GRAD(T, LANE, SUFFIX)                                             \
 /* out = rows [start, end) of the [N*H*W, C] gradient: each window's gradient times   \
  * (T)(max > 0) at the window's first maximum (the lowest set bit), zeros elsewhere  \
  * and in the cells no window covers, as max_pool_grad writes them. */                \
@@ -464,6 +464,17 @@ static int take_pooled(Views *views, PooledGrad *p, PyObject *pool, char kind,
     return 0;
 }
 
+/* grad: [rows, channels] rows into *grad, or with a pool MaxPool's gradient into *p
+ * (*routed set). */
+static int take_grad(Views *views, void **grad, PooledGrad *p, int *routed, PyObject *pool,
+                     char kind, PyObject *grad_obj, PyObject *relu_obj, Py_ssize_t rows,
+                     Py_ssize_t channels)
+{
+    *routed = pool != NULL;
+    return pool ? take_pooled(views, p, pool, kind, grad_obj, relu_obj, rows, channels)
+                : take(views, grad_obj, 0, kind, SIZES(rows, channels), "grad", grad);
+}
+
 /* Rows of scratch for expand_pooled_grad, or NULL with out_of_memory set. */
 static void *scratch_rows(Task *task, char kind, Py_ssize_t rows, Py_ssize_t channels)
 {
@@ -521,10 +532,8 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
     Views *views = &call->task.views;
     if (take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0
         || take(views, shift_obj, 0, kind, SIZES(g.channels), "shift", &call->shift) < 0
-        || (pool ? take_pooled(views, &call->pool, pool, kind, grad_obj, relu_obj, g.rows,
-                               g.channels)
-                 : take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad",
-                        &call->grad)) < 0
+        || take_grad(views, &call->grad, &call->pool, &call->routed, pool, kind, grad_obj,
+                     relu_obj, g.rows, g.channels) < 0
         || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &call->relu) < 0
         || take(views, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
@@ -533,7 +542,6 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
         return NULL;
     }
     call->kind = kind;
-    call->routed = pool != NULL;
     call->g = g;
     return submit(&call->task);
 }
@@ -626,10 +634,8 @@ PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
     if (!call)
         return NULL;
     Views *views = &call->task.views;
-    if ((pool ? take_pooled(views, &call->pool, pool, kind, grad_obj, relu_obj, g.rows,
-                            g.channels)
-              : take(views, grad_obj, 0, kind, SIZES(g.rows, g.channels), "grad",
-                     &call->grad)) < 0
+    if (take_grad(views, &call->grad, &call->pool, &call->routed, pool, kind, grad_obj,
+                  relu_obj, g.rows, g.channels) < 0
         || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &call->relu) < 0
         || take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0
@@ -640,7 +646,6 @@ PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
         return NULL;
     }
     call->kind = kind;
-    call->routed = pool != NULL;
     call->g = g;
     return submit(&call->task);
 }

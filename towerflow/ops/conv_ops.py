@@ -243,8 +243,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
                          f"{grad.shape}")
     _check_depths(_FILTER_LABEL, (_dim(x, 3), sizes[2]), (sizes[3], _dim(grad, 3)))
     stride_hw, padding = _spatial_attrs(strides, padding, "conv2d_backprop_filter")
-    _check_backprop_sizes(_FILTER_LABEL, [_dim(x, axis) for axis in range(4)], grad,
-                          sizes[:2], stride_hw, padding)
+    _check_backprop_sizes(_FILTER_LABEL, x.shape.dims, grad, sizes[:2], stride_hw, padding)
     zeros = np.zeros(sizes, dtype=x.dtype.as_numpy_dtype)
     conv = x.graph.create_op("Conv2D", [x, convert_to_tensor(zeros)],
                              {"strides": stride_hw, "padding": padding})
