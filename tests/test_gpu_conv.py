@@ -20,11 +20,22 @@ from towerflow.backends import KernelContext, cupy_conv, kernel_specs, kernels
 from towerflow.backends import gpu_batch_norm_specs as bn_specs
 from towerflow.backends import gpu_conv_specs as conv_specs
 from towerflow.backends.window_geometry import _layout
+from towerflow.simgpu import cuda_emulation
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
 GENERIC = kernels.build_kernels(np)
 GPU = cupy_conv.gpu_kernels(np, GENERIC, cupy_conv.ReferenceLauncher())
+# The kernels' CUDA C itself, run on the CPU (threads in order, and reversed:
+# a missing barrier shows under one order or the other).
+NEEDS_COMPILER = pytest.mark.skipif(not cuda_emulation.available(),
+                                    reason="no C++ compiler for the CUDA emulation")
+TABLES = {"references": GPU,
+          "cuda_c": cupy_conv.gpu_kernels(np, GENERIC, cupy_conv.EmulatedLauncher()),
+          "cuda_c_reversed": cupy_conv.gpu_kernels(
+              np, GENERIC, cupy_conv.EmulatedLauncher(reverse=True))}
+LAUNCHERS = [pytest.param(name, marks=() if name == "references" else NEEDS_COMPILER)
+             for name in TABLES]
 RAW_SPECS = [conv_specs.IM2COL, conv_specs.COL2IM, bn_specs.BN_STATS_PARTIALS,
              bn_specs.BN_STATS_FINISH, bn_specs.BN_GRAD_PARTIALS, bn_specs.BN_GRAD_FINISH]
 ELEMENTWISE_SPECS = [bn_specs.BN_APPLY, bn_specs.BN_APPLY_RELU, bn_specs.BN_GRAD_APPLY,
@@ -76,13 +87,16 @@ def conv_bounds(x, w, attrs, grad):
     return [2 * n * eps(x.dtype) * magnitude for n, magnitude in zip(terms, magnitudes)]
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape, window, stride, padding", CONV_CASES)
-def test_conv_kernels_match_the_numpy_kernels(rng, shape, window, stride, padding, dtype):
+def test_conv_kernels_match_the_numpy_kernels(rng, shape, window, stride, padding, dtype,
+                                              launcher):
     x, w, attrs = conv_case(rng, shape, window, stride, padding, dtype)
     y_shape = GENERIC["Conv2D"](ctx(attrs, dtype))(x, w)[0].shape
     grad = rng.standard_normal(y_shape).astype(dtype)
-    ours, theirs = conv_outputs(GPU, x, w, attrs, grad), conv_outputs(GENERIC, x, w, attrs, grad)
+    ours = conv_outputs(TABLES[launcher], x, w, attrs, grad)
+    theirs = conv_outputs(GENERIC, x, w, attrs, grad)
     for name, mine, expected, bound in zip(("y", "dx", "dw"), ours, theirs,
                                            conv_bounds(x, w, attrs, grad)):
         assert mine.shape == expected.shape and mine.dtype == dtype, name
@@ -159,13 +173,15 @@ BN_CASES = [((4, 5, 5, 6), 0.0, 1.0), ((3, 7, 7, 3), 100.0, 1.0), ((1, 1, 1, 5),
             ((2, 33, 5, 4), -3.0, 0.1), ((300, 300), 0.5, 2.0)]
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape, mean, spread", BN_CASES)
-def test_batch_norm_matches_the_numpy_kernel(rng, shape, mean, spread, dtype, relu):
+def test_batch_norm_matches_the_numpy_kernel(rng, shape, mean, spread, dtype, relu, launcher):
     x, scale, offset = bn_inputs(rng, shape, dtype, mean, spread)
     attrs = {"epsilon": 1e-3, "is_training": True}
-    kernel = GPU["_FusedBatchNormRelu" if relu else "FusedBatchNorm"](ctx(attrs, dtype))
+    table = TABLES[launcher]
+    kernel = table["_FusedBatchNormRelu" if relu else "FusedBatchNorm"](ctx(attrs, dtype))
     y, batch_mean, batch_var, saved_mean, inv_std = kernel(x, scale, offset, scale, scale)
     expected = GENERIC["FusedBatchNorm"](ctx(attrs, dtype))(x, scale, offset, scale, scale)
     mean_tol, var_tol, inv_tol, y_tol = bn_forward_bounds(x, scale, offset, 1e-3)
@@ -198,10 +214,12 @@ def bn_grad_bounds(grad, x, scale, mean, inv_std):
     return dx_tol, dscale_tol, doffset_tol
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape, mean, spread", BN_CASES)
-def test_batch_norm_gradient_matches_the_numpy_kernel(rng, shape, mean, spread, dtype, masked):
+def test_batch_norm_gradient_matches_the_numpy_kernel(rng, shape, mean, spread, dtype, masked,
+                                                      launcher):
     x, scale, offset = bn_inputs(rng, shape, dtype, mean, spread)
     attrs = {"epsilon": 1e-3, "is_training": True}
     forward = GENERIC["FusedBatchNorm"](ctx(attrs, dtype))(x, scale, offset, scale, scale)
@@ -211,12 +229,13 @@ def test_batch_norm_gradient_matches_the_numpy_kernel(rng, shape, mean, spread, 
     masked_grad = grad * (relu_output > 0) if masked else grad
     expected = GENERIC["FusedBatchNormGrad"](ctx(attrs, dtype, 3))(
         masked_grad, x, scale, saved_mean, inv_std)
+    table = TABLES[launcher]
     if masked:
-        ours = GPU["_ReluGradBatchNormGrad"](ctx(attrs, dtype, 3))(
+        ours = table["_ReluGradBatchNormGrad"](ctx(attrs, dtype, 3))(
             grad, relu_output, x, scale, saved_mean, inv_std)
     else:
-        ours = GPU["FusedBatchNormGrad"](ctx(attrs, dtype, 3))(grad, x, scale, saved_mean,
-                                                                inv_std)
+        ours = table["FusedBatchNormGrad"](ctx(attrs, dtype, 3))(grad, x, scale, saved_mean,
+                                                                  inv_std)
     bounds = bn_grad_bounds(masked_grad, x, scale, saved_mean, inv_std)
     assert np.all(np.abs(ours[0] - expected[0]).reshape(bounds[0].shape) <= bounds[0])
     for mine, theirs, bound in zip(ours[1:], expected[1:], bounds[1:]):

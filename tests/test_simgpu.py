@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from towerflow import simgpu
+from towerflow.simgpu import cuda_emulation
 
 
 @pytest.fixture
@@ -226,8 +227,18 @@ def test_elementwise_kernels_run_their_c_code(cp):
     np.testing.assert_allclose(accum.get(), [2.0] * 3)
     np.testing.assert_allclose(var.get(), [1 - 4.0 * 0.25] * 3)
     assert var.dtype == np.float32
+
+
+def test_elementwise_c_beyond_the_translator_runs_compiled_or_is_refused(cp, monkeypatch):
+    """With a compiler the operation is compiled as C (a loop included);
+    without one, C the translator cannot read is refused, never run wrong."""
+    operation = "T total = 0;\nfor (int k = 0; k < 3; ++k) total += x;\ny = total;"
+    if cuda_emulation.available():
+        kernel = cp.ElementwiseKernel("T x", "T y", operation, "thrice")
+        np.testing.assert_array_equal(kernel(cp.arange(4.0)).get(), [0.0, 3.0, 6.0, 9.0])
+    monkeypatch.setenv(cuda_emulation.SWITCH, "0")
     with pytest.raises(NotImplementedError, match="cannot"):
-        cp.ElementwiseKernel("T x", "T y", "for (;;) y = x;", "loop")
+        cp.ElementwiseKernel("T x", "T y", operation, "thrice")
 
 
 def test_nccl_all_reduce_in_one_group(cp):

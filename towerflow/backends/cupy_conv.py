@@ -2,7 +2,10 @@
 kernel where the generic CuPy path of kernels.py makes many.
 
 NOTE: written and checked on a machine without a GPU. Every CUDA kernel here
-compiles with NVRTC and its NumPy reference matches the NumPy kernels
+compiles with NVRTC, and its CUDA C, run on the CPU by the CUDA emulation
+(towerflow/simgpu/cuda_emulation.py: the launch's grid, block and argument
+types, real barriers, every access checked, also under AddressSanitizer),
+matches the NumPy kernels, as its NumPy reference does
 (tests/test_gpu_conv.py); the kernels themselves have not run on a GPU.
 
 Design. benchmarks/gpu_traffic.py counts the cifar10 recipe's training
@@ -42,7 +45,8 @@ convolutions' input gradient and mixed-precision batch norm.
 
 ``gpu_kernels(xp, table, launcher)`` returns the makers that replace the
 table's; the launcher runs the specs: :class:`CupyLauncher` on a GPU,
-:class:`ReferenceLauncher` (their NumPy references) in tests::
+:class:`ReferenceLauncher` (their NumPy references) or :class:`EmulatedLauncher`
+(their CUDA C on the CPU) in tests::
 
     table = kernels.build_kernels(np)
     table.update(gpu_kernels(np, table, ReferenceLauncher()))
@@ -73,18 +77,47 @@ class CupyLauncher:
         dtype = spec.array_dtype(args)
         kernel = self._built.get((spec.name, dtype))
         if kernel is None:
-            kernel = self._built[(spec.name, dtype)] = spec.kernel(dtype)
+            kernel = self._built[(spec.name, dtype)] = self.raw_kernel(spec, dtype)
         kernel((grid,), (block,), tuple(spec.ordered_args(args, dtype)))
 
     def elementwise(self, spec, *arrays):
         kernel = self._built.get(spec.name)
         if kernel is None:
-            kernel = self._built[spec.name] = spec.kernel()
+            kernel = self._built[spec.name] = self.elementwise_kernel(spec)
         kernel(*arrays)
+
+    def raw_kernel(self, spec, dtype):
+        return spec.kernel(dtype)
+
+    def elementwise_kernel(self, spec):
+        return spec.kernel()
 
     def gemm(self, a, b):
         import cupy
         return cupy.matmul(a, b)
+
+
+class EmulatedLauncher(CupyLauncher):
+    """CupyLauncher's launches, NumPy arrays in, each kernel's CUDA C run on
+    the CPU (towerflow.simgpu.cuda_emulation): the grid, block and argument
+    types are the ones a GPU would get. ``reverse`` runs each block's threads
+    last to first."""
+
+    def __init__(self, reverse=False):
+        super().__init__()
+        self.reverse = reverse
+
+    def raw_kernel(self, spec, dtype):
+        from towerflow.simgpu import cuda_emulation
+        return cuda_emulation.RawKernel(spec.source(dtype), spec.name, self.reverse)
+
+    def elementwise_kernel(self, spec):
+        from towerflow.simgpu import cuda_emulation
+        return cuda_emulation.ElementwiseKernel(spec.in_params, spec.out_params,
+                                                spec.operation, spec.name)
+
+    def gemm(self, a, b):
+        return np.matmul(a, b)
 
 
 class ReferenceLauncher:

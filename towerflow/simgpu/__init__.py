@@ -32,9 +32,13 @@ Use it in a test, or in a process through ``TOWERFLOW_SIMULATED_GPUS``::
 
     $ TOWERFLOW_SIMULATED_GPUS=2 towerflow launch -n 2 ...
 
-It is no model of speed, and runs user CUDA code only where it can: the
-C subset of ElementwiseKernel, and RawKernels with a registered NumPy
-reference (:func:`register_reference`).
+It is no model of speed. User CUDA code runs as written where a C++
+compiler is present (cuda_emulation.py): a RawKernel's source over its grid
+and block, with real barriers and shared arrays, every access checked (out
+of bounds, races, unwritten shared memory, arguments of the wrong C type);
+an ElementwiseKernel's operation compiled as C. Without a compiler, a
+RawKernel runs its registered NumPy reference (:func:`register_reference`)
+and an ElementwiseKernel's operation is translated to NumPy (a C subset).
 """
 
 import contextlib

@@ -1,9 +1,15 @@
-"""User kernels on the simulated GPUs: ElementwiseKernel runs its real CUDA C
-operation, translated to NumPy; RawKernel runs a registered NumPy reference;
-cupy.random's Generator keeps its state on its device.
+"""User kernels on the simulated GPUs, and cupy.random's Generator (its state
+kept on its device).
 
-The C that ElementwiseKernel accepts here is a small subset (what towerflow's
-kernels use): ``T name = expr;`` declarations, ``name = expr;`` assignments,
+Where a C++ compiler is present (cuda_emulation.available()), both kinds of
+user kernel run their CUDA C as written: a RawKernel its whole source, over
+its grid and block, with real barriers, shared arrays and checked accesses;
+an ElementwiseKernel its operation, with its parameters bound to C types.
+Without one, a RawKernel runs a registered NumPy reference, and an
+ElementwiseKernel's operation is translated to NumPy.
+
+The C the translation accepts is a small subset (what towerflow's kernels
+use): ``T name = expr;`` declarations, ``name = expr;`` assignments,
 arithmetic, comparisons, ``&& || !``, ``a ? b : c``, ``(T)`` casts and the
 math functions in ``_FUNCTIONS``. Anything else raises NotImplementedError
 naming the token, so a kernel the simulator cannot run is never run wrong.
@@ -13,7 +19,7 @@ import re
 
 import numpy as np
 
-from . import arrays, state
+from . import arrays, cuda_emulation, state
 
 _C_TYPES = {"bool": np.bool_, "float": np.float32, "double": np.float64,
             "int": np.int32, "long": np.int64, "float16": np.float16,
@@ -169,8 +175,14 @@ class ElementwiseKernel:
         self.name, self.no_return, self.return_tuple = name, no_return, return_tuple
         if preamble or loop_prep or after_loop:
             raise NotImplementedError("the simulated GPU runs no preamble/loop_prep code")
+        self.operation, self._sources = operation, {}
         types = {kind for kind, _ in self.in_params + self.out_params}
-        self.statements = translate(operation, types)
+        try:
+            self.statements = translate(operation, types)
+        except NotImplementedError:
+            if not cuda_emulation.available():
+                raise
+            self.statements = None      # C beyond the translator's subset: compiled only
 
     def __call__(self, *args, size=None, block_size=None):
         inputs, outputs = args[:len(self.in_params)], list(args[len(self.in_params):])
@@ -212,7 +224,7 @@ class ElementwiseKernel:
                  zip(self.in_params + self.out_params, list(inputs) + outputs)]
         output_views = [output._view for output in outputs]
 
-        def run():
+        def translated():
             values = dict(bound)
             scope = {"np": np, "_cast": cast, "_rsqrt": lambda x: 1 / np.sqrt(x),
                      "v": values}
@@ -223,11 +235,40 @@ class ElementwiseKernel:
                     values[name] = np.asarray(value).astype(types[kind], copy=False)
             for (_, name), view in zip(self.out_params, output_views):
                 view[...] = values[name]
+        run = self._compiled(bound, output_views, types) or translated
         device_arrays = [a for a in list(inputs) + outputs if isinstance(a, arrays.ndarray)]
         world = state.world()
         arrays._check_devices(device_arrays, world.current_device, self.name, False)
         arrays.submit(arrays.Work(self.name, run, reads=arrays._blocks(device_arrays),
                                   writes=arrays._blocks(outputs)))
+
+    def _compiled(self, bound, output_views, types):
+        """The launch as compiled CUDA C (see cuda_emulation), or None where
+        the emulation is off or has no C type for a bound dtype."""
+        params = self.in_params + self.out_params
+        kinds = {kind: types[kind] for kind, _ in params}
+        if not cuda_emulation.available() or \
+                not cuda_emulation.elementwise_types_supported(kinds.values()):
+            return None
+        placeholders = {kind: dtype for kind, dtype in kinds.items() if kind not in _C_TYPES}
+        key = tuple(sorted((kind, np.dtype(dtype).str) for kind, dtype in placeholders.items()))
+        if key not in self._sources:
+            self._sources[key] = cuda_emulation.elementwise_source(
+                self.in_params, self.out_params, self.operation, placeholders)
+        source = self._sources[key]
+        shape = np.broadcast_shapes(*(np.shape(value) for _, value in bound))
+
+        def run():
+            # NOTE: inputs are read again at run time (a replay reads new values).
+            values = [np.asarray(value, dtype=kinds[kind])
+                      for (kind, _), (_, value) in zip(self.in_params, bound)]
+            outputs = [np.empty(shape, kinds[kind]) if view.dtype != kinds[kind] else view
+                       for (kind, _), view in zip(self.out_params, output_views)]
+            cuda_emulation.run_elementwise(source, shape, values + outputs)
+            for view, written in zip(output_views, outputs):
+                if written is not view:
+                    view[...] = written
+        return run
 
     def _kind_of(self, name):
         for kind, param in self.in_params + self.out_params:
@@ -263,9 +304,23 @@ class RawKernel:
         self.code, self.name, self.options = code, name, options
 
     def __call__(self, grid, block, args, *, shared_mem=0):
-        function, writes = _reference_of(self.name)
+        if cuda_emulation.available():
+            function, writes = self._emulated(grid, block, shared_mem)
+        else:
+            function, writes = _reference_of(self.name)
         written = tuple(args[index] for index in writes)
         arrays.launch(function, tuple(args), {}, self.name, written=written)
+
+    def _emulated(self, grid, block, shared_mem):
+        """The kernel's CUDA C run by cuda_emulation, and the arguments it writes
+        (its pointers that are not const)."""
+        params = cuda_emulation.kernel_params(self.code, self.name)
+        writes = [index for index, (kind, _) in enumerate(params)
+                  if kind.endswith("*") and not kind.startswith("const")]
+
+        def run(*values):
+            cuda_emulation.launch_raw(self.code, self.name, grid, block, values, shared_mem)
+        return run, writes
 
 
 def _reference_of(name):
