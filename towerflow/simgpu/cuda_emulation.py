@@ -139,7 +139,11 @@ def _cache_dir():
     root = os.environ.get("TOWERFLOW_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "towerflow")
     path = os.path.join(root, "cuda_emulation")
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:         # a read-only home: the temporary folder serves
+        path = os.path.join(tempfile.gettempdir(), "towerflow_cuda_emulation")
+        os.makedirs(path, exist_ok=True)
     return path
 
 
