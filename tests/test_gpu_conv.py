@@ -1,10 +1,11 @@
 """The GPU convolution and batch-norm kernels (towerflow/backends/cupy_conv.py).
 
-Without a GPU: each kernel's NumPy reference, run through the GPU kernel
-makers (ReferenceLauncher), matches the NumPy kernels on random inputs
-(ragged shapes, strides 1-3, SAME and VALID, float32 and float64) within a
-bound derived from float32 (or float64) rounding; every CUDA source
-compiles with NVRTC; gpu_traffic.py's counts of the new kernels are what
+Without a GPU: each kernel's NumPy reference (ReferenceLauncher) and its
+CUDA C run on the CPU (EmulatedLauncher, threads in order and reversed; see
+towerflow/simgpu/cuda_emulation.py), each through the GPU kernel makers,
+match the NumPy kernels on random inputs (ragged shapes, strides 1-3, SAME
+and VALID, float32 and float64) within a bound derived from float32 (or
+float64) rounding; every CUDA source compiles with NVRTC; gpu_traffic.py's counts of the new kernels are what
 they launch. On a GPU (marker gpu): the CUDA kernels against their
 references."""
 
