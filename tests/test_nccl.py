@@ -48,6 +48,7 @@ class FakeArray(np.ndarray):
 
 fake_xp = types.SimpleNamespace(
     empty_like=lambda x: np.empty_like(x).view(FakeArray),
+    ascontiguousarray=lambda x: x,          # the fed arrays are contiguous
     cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0)))
 
 

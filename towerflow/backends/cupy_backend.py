@@ -9,10 +9,12 @@ Each logical GPU gets its own runtime (:class:`CupyDevice`):
 - its own non-blocking stream, which every kernel and copy is queued on;
 - its own memory pool, capped at the logical device's ``memory_limit``: an
   allocation past it raises ResourceExhaustedError naming the device and
-  its limit;
+  its limit; the blocks it caches are freed when its Session closes;
 - host to device copies staged through pinned memory, asynchronous on the
-  device's stream; device to host copies wait for that stream; copies
-  between GPUs order the two streams with events, never waiting on the host;
+  device's stream (one host callback a step keeps the fed values' pinned
+  buffers alive); device to host copies wait for that stream; copies
+  between GPUs (of contiguous memory: CuPy refuses strided views) order the
+  two streams with untimed events, never waiting on the host;
 - ``capture_steps``: a plan's steps recorded into one CUDA graph (see
   towerflow/plan_capture.py).
 
@@ -163,6 +165,7 @@ class CupyDevice:
             self.pool = cupy.cuda.MemoryPool()
             self.pool.set_limit(size=self.memory_limit)
         self.malloc = self.pool.malloc     # a graph's own pool while it is captured
+        self._staged = []                   # pinned buffers of stage_to_device copies
         self.kernels = _OnDevice(build_gpu_kernels(), self)
 
     @contextlib.contextmanager
@@ -183,18 +186,45 @@ class CupyDevice:
 
     def to_device(self, host_value):
         """A host value on this GPU, copied through pinned memory on the stream."""
+        value, pinned = self._through_pinned(host_value)
+        if pinned is not None:
+            self._keep_until_copied(pinned)
+        return value
+
+    def stage_to_device(self, host_value):
+        """``to_device`` of a fed value: its pinned buffer is kept alive by the
+        next ``end_staging()`` (the plan's, once a step's values are placed)."""
+        value, pinned = self._through_pinned(host_value)
+        if pinned is not None:
+            self._staged.append(pinned)
+        return value
+
+    def end_staging(self):
+        """Keep the pinned buffers staged since the last call alive until their
+        copies ran: one host callback for all (each one stalls the stream)."""
+        # NOTE: swapped, not cleared: the callback holds the list it is given.
+        staged, self._staged = self._staged, []
+        if staged:
+            self._keep_until_copied(staged)
+
+    def _through_pinned(self, host_value):
+        """(the value on this GPU, the pinned buffer its copy reads or None)."""
         # NOTE: not np.ascontiguousarray, which turns a 0-d value into shape (1,).
         host = np.asarray(host_value, order="C")
         with self.scope():
             if host.nbytes == 0:
-                return cupy.asarray(host)
+                return cupy.asarray(host), None
             pinned = cupyx.empty_pinned(host.shape, host.dtype)
             pinned[...] = host
             value = cupy.empty(host.shape, host.dtype)
             value.set(pinned, stream=self.stream)
-            # NOTE: the pinned buffer must outlive the asynchronous copy.
+            return value, pinned
+
+    def _keep_until_copied(self, pinned):
+        # NOTE: a pinned buffer must outlive the asynchronous copy reading it:
+        # the callback holds it until the stream reaches it.
+        with self.scope():
             self.stream.launch_host_func(_keep_alive, pinned)
-            return value
 
     def to_host(self, value):
         """A NumPy copy of ``value`` once this device's queued work is done."""
@@ -217,14 +247,23 @@ class CupyDevice:
         # the source's later work (which may reuse value's memory once it is
         # freed) waits for the copy. An event belongs to the device current
         # when it is made, and must be recorded on a stream of that device.
+        value = _contiguous_on(source_runtime, value)
         with source_runtime.device:
-            value_ready = source_stream.record()
+            value_ready = _mark(source_stream)
         with self.scope():
             self.stream.wait_event(value_ready)
             copied = cupy.array(value, copy=True)
-            copy_done = self.stream.record()
+            copy_done = _mark(self.stream)
         source_stream.wait_event(copy_done)
         return copied
+
+    def release_memory(self):
+        """Free the blocks this runtime's pool caches (a closed Session's):
+        the memory of arrays still alive stays theirs."""
+        self.end_staging()          # copies still queued keep their pinned buffers
+        # NOTE: a pool frees on the current device only (CuPy's MemoryPool).
+        with self.device:
+            self.pool.free_all_blocks()
 
     def trace_timer(self):
         """A timer of this GPU's stream for traced runs (towerflow/tracing.py)."""
@@ -272,6 +311,25 @@ class _StreamTimer:
         return self._base_ns + int(elapsed_ms * 1e6)
 
 
+def _mark(stream):
+    """An event recorded on ``stream`` (a stream of the current device) to
+    order other work after, or to wait on: made without timing, which
+    would cost a timestamp at every record (only _StreamTimer times)."""
+    return stream.record(cupy.cuda.Event(disable_timing=True))
+
+
+def _contiguous_on(runtime, value):
+    """``value`` (an array of ``runtime``'s GPU) in one piece of memory, laid
+    out on that GPU's own stream. NOTE: a peer copy takes only contiguous
+    memory: CuPy refuses a strided view (a transpose, a strided slice) with
+    NotImplementedError, and for order 'C' lays it out on the current stream
+    of the source GPU, which nothing orders with the copy."""
+    if value.flags.c_contiguous or value.flags.f_contiguous:
+        return value
+    with runtime.scope():
+        return cupy.ascontiguousarray(value)
+
+
 def _keep_alive(pinned):
     del pinned
 
@@ -311,7 +369,7 @@ def _wait_for_streams(stream, runtimes):
     streams of ``runtimes`` (logical GPUs of ``stream``'s physical GPU)."""
     for runtime in runtimes:
         with runtime.device:
-            stream.wait_event(runtime.stream.record())
+            stream.wait_event(_mark(runtime.stream))
 
 
 def _abandon_capture(stream):
@@ -342,7 +400,7 @@ class _GraphReplayer:
         stream = self._primary.stream
         with self._primary.device:
             buffer.set(pinned, stream=stream)
-            self._staging[id(buffer)] = (pinned, stream.record())
+            self._staging[id(buffer)] = (pinned, _mark(stream))
 
     def replay(self):
         stream = self._primary.stream
@@ -353,7 +411,7 @@ class _GraphReplayer:
             _wait_for_streams(stream, self._others)
             self._graph.launch(stream)
             if self._others:                # their fetches wait on their own streams
-                done = stream.record()
+                done = _mark(stream)
                 for runtime in self._others:
                     runtime.stream.wait_event(done)
 

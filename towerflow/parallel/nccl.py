@@ -18,6 +18,9 @@ stand-in of ``cupy.cuda.nccl`` (tests/test_nccl.py) and, across processes, on
 the simulated GPUs (towerflow.simgpu; tests/test_mpi_nccl.py).
 """
 
+import threading
+import weakref
+
 import numpy as np
 
 from .. import errors
@@ -66,7 +69,7 @@ def world_member(tensor, world, timeout, name="nccl_all_reduce"):
 
 
 class NcclGroup:
-    """The communicators of one group of GPUs, created once per Session."""
+    """The communicators of one group of GPUs (see :func:`shared_group`)."""
 
     def __init__(self, nccl, device_ids):
         if len(set(device_ids)) != len(device_ids):
@@ -74,14 +77,42 @@ class NcclGroup:
                              "towers on logical GPUs of one card use all_reduce='local'")
         self.nccl = nccl
         self.communicators = nccl.NcclCommunicator.initAll(list(device_ids))
+        self.failed = False     # a collective failed: NCCL may have left it unusable
+
+
+# nccl library -> {device ids: NcclGroup}. NOTE: keyed by the library object:
+# another one (a re-installed simulator, a test's stand-in) has communicators
+# of its own, and a dropped one takes its groups with it.
+_GROUPS = weakref.WeakKeyDictionary()
+_GROUPS_LOCK = threading.Lock()
+
+
+def shared_group(nccl, device_ids):
+    """The communicators of ``device_ids`` (in rank order), made once per
+    process and shared by every Session: ``initAll`` is a rendezvous of all
+    the GPUs and takes buffers on each, too costly to repeat per Session.
+    A group whose collective failed is replaced.
+
+    Example::
+
+        >>> shared_group(cupy.cuda.nccl, (0, 1)) is shared_group(cupy.cuda.nccl, (0, 1))
+        True
+    """
+    key = tuple(int(device) for device in device_ids)
+    with _GROUPS_LOCK:
+        groups = _GROUPS.setdefault(nccl, {})
+        group = groups.get(key)
+        if group is None or group.failed:
+            group = groups[key] = NcclGroup(nccl, key)
+        return group
 
 
 class _Bucket:
     """The ranks' calls of one bucket's all-reduce, gathered as its members
     run and issued by the last one in one NCCL group."""
 
-    def __init__(self, size):
-        self.size = size
+    def __init__(self, group):
+        self.size, self.group = len(group.communicators), group
         self.calls = {}         # rank -> (communicator, x, out, count, dtype, stream ptr)
 
     def issue(self, nccl, op_name):
@@ -97,10 +128,15 @@ class _Bucket:
                 communicator.allReduce(x.data.ptr, out.data.ptr, count, dtype, NCCL_SUM,
                                        stream)
         except Exception as err:
+            self.group.failed = True
             _end_group_after(nccl, err)
             raise RuntimeError(f"NCCL all-reduce '{op_name}' failed on rank {rank} inside "
                                f"its group (the group was closed): {err}") from err
-        nccl.groupEnd()
+        try:
+            nccl.groupEnd()
+        except Exception:
+            self.group.failed = True        # the next Session makes its own
+            raise
 
 
 def _end_group_after(nccl, err):
@@ -118,15 +154,16 @@ def make_member_kernel(ctx, nccl, xp):
     if ctx.attrs.get("world_size", 1) > 1:
         return _world_member_kernel(ctx, nccl, xp)
     rank, group_ids = ctx.attrs["rank"], ctx.attrs["device_ids"]
-    group = ctx.resource(("nccl", group_ids), lambda: NcclGroup(nccl, group_ids))
+    group = ctx.resource(("nccl", group_ids), lambda: shared_group(nccl, group_ids))
     members = ctx.attrs.get("run_together") or (getattr(ctx.op, "name", None),)
-    bucket = ctx.resource(("nccl bucket", members), lambda: _Bucket(len(group_ids)))
+    bucket = ctx.resource(("nccl bucket", members), lambda: _Bucket(group))
     communicator = group.communicators[rank]
     dtype = NCCL_DTYPES[ctx.output_dtypes[0].name]
     is_last = rank == len(group_ids) - 1
     op_name = members[rank] if rank < len(members) else "NcclAllReduce"
 
     def reduce(x):
+        x = xp.ascontiguousarray(x)     # NOTE: NCCL reads x.size elements from x.data.ptr
         out = xp.empty_like(x)
         stream = xp.cuda.get_current_stream()
         bucket.calls[rank] = (communicator, x, out, x.size, dtype, stream.ptr)
@@ -149,6 +186,7 @@ def _world_member_kernel(ctx, nccl, xp):
 
 
 def _all_reduce_into(communicator, x, dtype, xp):
+    x = xp.ascontiguousarray(x)         # NOTE: a strided view would be read as if dense
     out = xp.empty_like(x)
     stream = xp.cuda.get_current_stream()
     communicator.allReduce(x.data.ptr, out.data.ptr, x.size, dtype, NCCL_SUM, stream.ptr)

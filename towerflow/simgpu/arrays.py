@@ -99,7 +99,8 @@ def check_seal(graph, stream):
 
 
 def _owned_by(block, graph):
-    return block.pool.graph_owner is graph
+    pool = block.pool
+    return pool is not None and pool.graph_owner is graph
 
 
 def _stamp(block, graph):
@@ -236,6 +237,13 @@ class ndarray:
             index = (*index, Ellipsis) if isinstance(index, tuple) else (index, Ellipsis)
         return launch(np.ndarray.__getitem__, (self, index), {}, "getitem")
 
+    def copy(self, order="C"):
+        """A copy on the current GPU, as CuPy's: from another GPU too (see
+        :func:`peer_copy`)."""
+        if self.data.device_id != state.world().current_device:
+            return peer_copy(self, order)
+        return launch(np.ndarray.copy, (self, order), {}, "copy")
+
     def nonzero(self):
         state.world().refuse_during_capture("nonzero (its size is read on the host)")
         return launch(np.ndarray.nonzero, (self,), {}, "nonzero")
@@ -312,6 +320,45 @@ def allocate(nbytes):
         raise ValueError(f"the allocator gave memory on GPU {memptr.device_id} while GPU "
                          f"{world.current_device} is current")
     return memptr
+
+
+# -- copies between GPUs -------------------------------------------------------------------
+
+
+def peer_copy(source, order="K"):
+    """A copy on the current GPU of ``source``, an array of another GPU, made
+    as CuPy 14's ``ndarray.copy`` makes it (``cupy.array`` and ``cupy.asarray``
+    call it with order 'K'): laid out per ``order`` on the source GPU first,
+    on *that* GPU's current stream, then one peer memcpy on the current
+    stream. A memcpy takes only C- or F-contiguous memory: with order 'K' a
+    strided view is refused, with CuPy's NotImplementedError."""
+    if source.size == 0:
+        return ndarray(source.shape, source.dtype)
+    laid_out = _in_order_on_its_gpu(source, str(order).upper())
+    flags = laid_out._view.flags
+    if not (flags.c_contiguous or flags.f_contiguous):
+        raise NotImplementedError("CuPy cannot copy non-contiguous array between devices.")
+    copied = ndarray(laid_out.shape, laid_out.dtype, order="C" if flags.c_contiguous else "F")
+    target, values = copied._view, laid_out._view
+    submit(Work("peer copy", lambda: _assign(target, values),
+                reads=(laid_out.data.block,), writes=(copied.data.block,)))
+    return copied
+
+
+def _in_order_on_its_gpu(source, order):
+    """``source`` as CuPy's ``astype(order=order, copy=False)`` leaves it,
+    computed (when a copy is needed) on the source's GPU and current stream."""
+    flags = source._view.flags
+    keeps = {"K": True, "A": flags.c_contiguous or flags.f_contiguous,
+             "C": flags.c_contiguous, "F": flags.f_contiguous}
+    if order not in keeps:
+        raise ValueError(f"order not understood. order={order}")
+    if keeps[order]:
+        return source
+    layout = "F" if order == "F" or (order == "A" and flags.f_contiguous) else "C"
+    from .devices import Device
+    with Device(source.data.device_id):
+        return launch(np.array, (source,), {"copy": True, "order": layout}, "astype")
 
 
 # -- launching NumPy computations as device work ----------------------------------------------

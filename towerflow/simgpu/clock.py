@@ -22,6 +22,7 @@ of running it, and refuses what CUDA refuses during capture: synchronising,
 reading device memory on the host, allocating outside a graph-private pool.
 """
 
+import collections
 import itertools
 import threading
 
@@ -86,6 +87,9 @@ class World:
         self.stream_ids = itertools.count(1)
         self.capturing = {}             # stream key -> Graph being recorded
         self.streams = {}               # (device, ptr) -> Stream; ptr 0: the null stream
+        # What a real GPU charges for, counted for tests: "timed events" (made
+        # without disable_timing) and "host callbacks" (each stalls its stream).
+        self.counts = collections.Counter()
         self._local = threading.local()
 
     # -- per-thread state ------------------------------------------------------------
@@ -238,6 +242,7 @@ class Stream:
             graph._add(lambda stream: (stream._issue(), callback(arg)))
             return
         self._issue()
+        self.world.counts["host callbacks"] += 1
         callback(arg)
 
     def begin_capture(self, mode=None):
@@ -278,6 +283,8 @@ class Event:
         self.world = state.world()
         self.device_id = self.world.current_device
         self.disable_timing = disable_timing
+        if not disable_timing:
+            self.world.counts["timed events"] += 1
         self.clock = None
         self.captured_in = None
         self.position = None            # (stream key, seq) of the work it follows

@@ -34,7 +34,10 @@ class Block:
     """One device allocation and who touched it when."""
 
     def __init__(self, device_id, nbytes, pool, stream_key):
-        self.device_id, self.nbytes, self.pool = device_id, nbytes, pool
+        self.device_id, self.nbytes = device_id, nbytes
+        # NOTE: weak, as CuPy's pooled memory holds its pool: a pool dropped with
+        # blocks cached frees them at once (a cycle would wait for the collector).
+        self._pool = weakref.ref(pool)
         self.stream_key = stream_key
         self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
         self.ptr = _ADDRESSES.assign(self, device_id, nbytes)
@@ -43,6 +46,11 @@ class Block:
         self.generation = 0             # counts hand-outs and frees (see arrays.replayable)
         self.handouts = 0               # how often a pool handed it out
         self.poison()
+
+    @property
+    def pool(self):
+        """The pool that handed the block out (None once that pool is gone)."""
+        return self._pool()
 
     def poison(self):
         # NOTE: fresh memory reads as NaN (all bits set): a read of memory that
@@ -225,6 +233,12 @@ class _DevicePool:
 
 def _device_used(device_id):
     return sum(pool._sub(device_id).total() for pool in state.pools_of(device_id))
+
+
+def device_bytes(device_id):
+    """The bytes every live pool holds on GPU ``device_id``, in use or cached:
+    what the process takes of that GPU (as nvidia-smi would show it). For tests."""
+    return _device_used(device_id)
 
 
 class _Lease:

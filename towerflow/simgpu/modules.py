@@ -106,10 +106,13 @@ def asarray(a, dtype=None, order=None, *, blocking=False):
 
 
 def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, *, blocking=False):
-    if isinstance(obj, arrays.ndarray):
-        return arrays.launch(np.array, (obj,), {"dtype": dtype, "copy": True}, "copy",
-                             cross_device=True)
-    return _from_host(obj, dtype)
+    if not isinstance(obj, arrays.ndarray):
+        return _from_host(obj, dtype)
+    if obj.data.device_id != state.world().current_device:
+        # CuPy 14 (_array_from_cupy_ndarray): src.copy(order=order), then astype
+        obj = arrays.peer_copy(obj, "K" if order is None else order)
+        return obj if dtype is None or np.dtype(dtype) == obj.dtype else obj.astype(dtype)
+    return arrays.launch(np.array, (obj,), {"dtype": dtype, "copy": True}, "copy")
 
 
 def ascontiguousarray(a, dtype=None):
@@ -178,10 +181,25 @@ def arange(start, stop=None, step=1, dtype=None):
 
 
 def copyto(dst, src, casting="same_kind", where=True):
-    """As CuPy's: a plain copy may read ``src`` on another GPU (peer copy)."""
+    """As CuPy's: a plain copy may read ``src`` on another GPU: one peer copy
+    when both have one layout, else through ``src.copy()`` (see peer_copy)."""
     plain = where is True and casting == "same_kind"
+    if plain and _on_another_gpu(src) and not _can_memcpy(dst, src):
+        src = arrays.peer_copy(src, "C")
     arrays.launch(np.copyto, (dst, src), {"casting": casting, "where": where}, "copyto",
                   written=(dst,), cross_device=plain)
+
+
+def _on_another_gpu(value):
+    return isinstance(value, arrays.ndarray) and \
+        value.data.device_id != state.world().current_device
+
+
+def _can_memcpy(dst, src):
+    """CuPy's test (_manipulation/basic.py) for one memcpy between the two."""
+    both_c = dst.flags.c_contiguous and src.flags.c_contiguous
+    both_f = dst.flags.f_contiguous and src.flags.f_contiguous
+    return (both_c or both_f) and dst.dtype == src.dtype and dst.size == src.size
 
 
 def get_array_module(*args):

@@ -80,6 +80,16 @@ def open_group_depth():
 
 def reset():
     _Group.depth, _Group.pending = 0, []
+    _INIT_ALL_CALLS[0] = 0
+
+
+def init_all_count():
+    """How many cliques ``initAll`` made since the simulator was installed (each
+    costs a real NCCL a rendezvous and buffers on every GPU). For tests."""
+    return _INIT_ALL_CALLS[0]
+
+
+_INIT_ALL_CALLS = [0]
 
 
 class NcclCommunicator:
@@ -112,6 +122,7 @@ class NcclCommunicator:
         if len(set(devices)) != len(devices):
             raise NcclError(5, f"ncclInvalidUsage: duplicate GPUs {devices} in one clique")
         clique = ("initAll", next(_CLIQUES))
+        _INIT_ALL_CALLS[0] += 1
         world = state.world()
         communicators = []
         for rank, device in enumerate(devices):
