@@ -54,7 +54,9 @@ class Plan:
         self.ops = ops
         self.body_ops = []        # the ops of control-flow bodies, in their own plans
         self._feed_slots, self._feed_checks, self.feed_runtimes = self._bind_feeds(feeds)
-        self._feed_placers = [runtime.to_device for runtime in self.feed_runtimes]
+        self._feed_placers = [getattr(runtime, "stage_to_device", runtime.to_device)
+                              for runtime in self.feed_runtimes]
+        self._feeds_placed = _staging_ends(self.feed_runtimes)
         self.units = fusion.fuse(ops, targets, feeds, placer.place,
                                  lambda device: runtime_of(device).kernels) \
             if fuse and fusion.enabled() else ops
@@ -83,8 +85,13 @@ class Plan:
         """A new list of value slots holding the plan's constants and the fed
         values, each on its tensor's device."""
         slots = self._initial.copy()
-        for slot, to_device, value in zip(self._feed_slots, self._feed_placers, host_values):
-            slots[slot] = to_device(value)
+        try:
+            for slot, to_device, value in zip(self._feed_slots, self._feed_placers,
+                                              host_values):
+                slots[slot] = to_device(value)
+        finally:    # also after a failed placement: copies before it are queued
+            for end_staging in self._feeds_placed:
+                end_staging()
         return slots
 
     @property
@@ -263,6 +270,13 @@ class Plan:
         runtime = self._runtime_of(device)
         copy = slot in self._aliases_state
         return _fetch_value(slot, runtime, copy, target.shape.ndims == 0)
+
+
+def _staging_ends(runtimes):
+    """Each distinct runtime's ``end_staging`` (a GPU's: one host callback keeps
+    the pinned buffers of all the values staged since alive until copied)."""
+    ends = {id(runtime): getattr(runtime, "end_staging", None) for runtime in runtimes}
+    return [end for end in ends.values() if end is not None]
 
 
 def _needed_ops(targets, feeds):

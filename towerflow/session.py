@@ -232,6 +232,8 @@ class Session:
             self._plans.clear()
             self._traced_plans.clear()
             self._state.clear()
+            runtimes, self._runtimes = list(self._runtimes.values()), {}
+        _release_memory(runtimes)
 
     @contextlib.contextmanager
     def as_default(self):
@@ -265,6 +267,16 @@ class InteractiveSession(Session):
         if self in _default_session_stack:
             _default_session_stack.remove(self)
         super().close()
+
+
+def _release_memory(runtimes):
+    """Give the devices back the memory a closed Session's runtimes cache (a
+    GPU's pool keeps freed blocks for reuse): a program that opens Session
+    after Session must not grow."""
+    for device_runtime in runtimes:
+        release = getattr(device_runtime, "release_memory", None)
+        if release is not None:
+            release()
 
 
 def _check_outside_bodies(targets, feeds):
