@@ -157,14 +157,37 @@ def test_launch_limits_and_compile_errors_are_reported():
 
 def test_elementwise_operations_run_with_c_semantics():
     """Integer division truncates (NumPy's / would not), a bound scalar is
-    broadcast, outputs are written through references."""
+    broadcast, outputs are written through references. As in CuPy, a named
+    parameter type is numpy.dtype(name): 'int' is int64, 'float' float64."""
     kernel = emulation.ElementwiseKernel("T x, int divisor", "T quotient, float half",
                                          "quotient = x / divisor; half = x * 0.5f;", "halves")
     x = np.array([-7, -1, 5, 9], np.int32)
-    quotient, half = np.zeros(4, np.int32), np.zeros(4, np.float32)
+    quotient, half = np.zeros(4, np.int32), np.zeros(4, np.float64)
     kernel(x, 2, quotient, half)
     np.testing.assert_array_equal(quotient, [-3, 0, 2, 4])
     np.testing.assert_array_equal(half, [-3.5, -0.5, 2.5, 4.5])
+
+
+def test_elementwise_types_bind_as_cupy_binds_them():
+    """CuPy 14's _decide_params_type_core: outputs bind first, then input
+    arrays; scalars bind nothing (a letter only they carry is a KeyError)."""
+    kernel = emulation.ElementwiseKernel("T x, L lr", "T y", "y = x * (T)lr;", "scaled")
+    x = np.ones(3, np.float32)
+    for scalar in (0.5, np.float32(0.5)):
+        with pytest.raises(KeyError, match="'L'"):
+            kernel(x, scalar, np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="^Type is mismatched. x float32 float64 T$"):
+        kernel(x, np.array(0.5), np.zeros(3, np.float64))
+    named = emulation.ElementwiseKernel("float32 x", "float32 y", "y = x;", "copy")
+    with pytest.raises(TypeError, match="^Type is mismatched. x float64 float32$"):
+        named(np.ones(2), np.zeros(2, np.float32))
+
+
+def test_elementwise_outputs_may_be_omitted():
+    kernel = emulation.ElementwiseKernel("T x, T s", "T y", "y = x + s;", "shifted")
+    y = kernel(np.arange(3, dtype=np.int16), 2)
+    assert y.dtype == np.int16
+    np.testing.assert_array_equal(y, [2, 3, 4])
 
 
 def test_the_simulated_gpu_runs_a_raw_kernel_with_no_reference(monkeypatch):

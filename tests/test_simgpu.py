@@ -223,10 +223,65 @@ def test_elementwise_kernels_run_their_c_code(cp):
            T step = nesterov ? (accum + grad) * (T)lr : accum * (T)lr;
            var = var - step;""", "update")
     var, accum = cp.ones(3, np.float32), cp.zeros(3, np.float32)
-    kernel(cp.full((3,), 2.0, np.float32), 0.25, True, var, accum)
+    # NOTE: L takes its type from an array only (see the binding tests below).
+    kernel(cp.full((3,), 2.0, np.float32), cp.asarray(0.25), True, var, accum)
     np.testing.assert_allclose(accum.get(), [2.0] * 3)
     np.testing.assert_allclose(var.get(), [1 - 4.0 * 0.25] * 3)
     assert var.dtype == np.float32
+
+
+def test_elementwise_scalars_bind_no_type_placeholder(cp):
+    """As CuPy 14's _decide_params_type_core: only arrays bind a placeholder;
+    a Python or NumPy scalar whose letter no array binds is a KeyError."""
+    kernel = cp.ElementwiseKernel("T x, L lr", "T y", "y = x * (T)lr;", "scaled")
+    x = cp.ones(3, np.float32)
+    for scalar in (0.25, 2, True, np.float32(0.25)):
+        with pytest.raises(KeyError, match="'L'"):
+            kernel(x, scalar)
+    assert kernel(x, cp.asarray(0.5, np.float16)).dtype == np.float32
+
+
+def test_elementwise_scalar_takes_the_type_an_array_binds(cp):
+    """A scalar is cast to its parameter's bound type (as NumPy assigns it:
+    a NaN into an integer type is refused)."""
+    kernel = cp.ElementwiseKernel("T x, T s", "T y", "y = x + s;", "shifted")
+    result = kernel(cp.arange(3, dtype=np.int8), 2.9)
+    assert result.dtype == np.int8
+    np.testing.assert_array_equal(result.get(), [2, 3, 4])
+    with pytest.raises(ValueError, match="NaN"):
+        kernel(cp.arange(3, dtype=np.int32), float("nan"))
+
+
+def test_elementwise_outputs_bind_before_inputs(cp):
+    kernel = cp.ElementwiseKernel("T x, T y", "T z", "z = x + y;", "add")
+    x, y = cp.ones(2, np.float32), cp.ones(2, np.float64)
+    with pytest.raises(TypeError, match="^Type is mismatched. x float32 float64 T$"):
+        kernel(x, y, cp.zeros(2, np.float64))
+    with pytest.raises(TypeError, match="^Type is mismatched. y float64 float32 T$"):
+        kernel(x, y)
+
+
+def test_elementwise_named_types_are_numpy_dtypes_and_checked(cp):
+    """A named parameter type is numpy.dtype(name): 'float' is float64."""
+    kernel = cp.ElementwiseKernel("float x, int32 n", "float32 y", "y = x * n;", "named")
+    with pytest.raises(TypeError, match="^Type is mismatched. x float32 float64$"):
+        kernel(cp.ones(2, np.float32), 3)
+    with pytest.raises(TypeError, match="^Type is mismatched. y float64 float32$"):
+        kernel(cp.ones(2), 3, cp.zeros(2, np.float64))
+    np.testing.assert_array_equal(kernel(cp.full(2, 1.5), 3).get(), [4.5, 4.5])
+
+
+def test_elementwise_arguments_as_cupy_takes_them(cp):
+    """Outputs all or none; a NumPy array is no argument; some array sets the size."""
+    kernel = cp.ElementwiseKernel("T x, T s", "T y, T z", "y = x; z = s;", "pair")
+    x = cp.ones(2, np.float32)
+    with pytest.raises(TypeError, match="^Wrong number of arguments for 'pair'. It must be "
+                                        r"either 2 or 4 \(with outputs\), but given 3.$"):
+        kernel(x, 1.0, cp.zeros(2, np.float32))
+    with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+        kernel(x, np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="^Loop size is undecided.$"):
+        cp.ElementwiseKernel("float32 a", "float32 b", "b = a;", "copy")(1.0)
 
 
 def test_elementwise_c_beyond_the_translator_runs_compiled_or_is_refused(cp, monkeypatch):

@@ -296,8 +296,10 @@ def elementwise_source(in_params, out_params, operation, placeholders):
                        for letter, dtype in sorted(placeholders.items()))
     binds = []
     for index, (kind, name) in enumerate(in_params):
+        kind = _param_c_type(kind)
         binds.append(f"const {kind} {name} = (({kind}*)data[{index}])[offsets[{index}]];")
     for index, (kind, name) in enumerate(out_params, start=len(in_params)):
+        kind = _param_c_type(kind)
         binds.append(f"{kind}& {name} = (({kind}*)data[{index}])[offsets[{index}]];")
     count = len(in_params) + len(out_params)
     return (f'#include "{HEADER}"\n{typedefs}'
@@ -314,6 +316,87 @@ def elementwise_source(in_params, out_params, operation, placeholders):
             "        " + "\n        ".join(binds) + "\n"
             f"        {{\n{operation}\n;\n        }}\n"
             "    }\n}\n")
+
+
+def _param_c_type(kind):
+    """A letter stays (its typedef names it); a named type is CuPy's C name
+    for numpy.dtype(name) ('float' is double there, as in CuPy)."""
+    dtype = param_dtype(kind)
+    return kind if dtype is None else _DTYPE_C_TYPES[dtype]
+
+
+# -- Binding the parameter types as CuPy 14 does (cupy/_core/_kernel.pyx) ----------------
+
+
+def param_dtype(kind):
+    """None for a type placeholder, else the dtype a parameter type names: as
+    CuPy's ParameterInfo, one letter is a placeholder and any other name is
+    numpy.dtype(name), so 'float' is float64 and 'int' int64 (not C's)."""
+    return None if len(kind) == 1 else np.dtype(kind)
+
+
+def check_call(name, in_params, out_params, args, array_type, size=None):
+    """(inputs, outputs) of an ElementwiseKernel call, refused as CuPy's
+    ElementwiseKernel.__call__, _preprocess_args and _broadcast refuse it."""
+    count, total = len(in_params), len(in_params) + len(out_params)
+    if len(args) not in (count, total):
+        raise TypeError(f"Wrong number of arguments for {name!r}. It must be either {count} "
+                        f"or {total} (with outputs), but given {len(args)}.")
+    for value in args:
+        if not isinstance(value, array_type):
+            scalar_descr(value)
+    if size is None and not any(isinstance(value, array_type) for value in args):
+        raise ValueError("Loop size is undecided.")
+    if not all(isinstance(value, array_type) for value in args[count:]):
+        raise TypeError("Output arguments type must be cupy.ndarray")
+    return list(args[:count]), list(args[count:])
+
+
+def scalar_descr(value):
+    """The dtype CuPy's CScalar gives a scalar argument (a NumPy array is none)."""
+    if type(value) in (bool, int, float, complex):
+        return np.asarray(value).dtype
+    if isinstance(value, np.generic):
+        return value.dtype
+    raise TypeError(f"Unsupported type {type(value)}")
+
+
+def scalar_value(value, dtype):
+    """A scalar as CScalar.apply_dtype stores it: by NumPy's assignment, so a
+    NaN into an integer type raises where a cast would not."""
+    packed = np.empty((), dtype)
+    packed[()] = value
+    return packed
+
+
+def bind_types(in_params, out_params, in_dtypes, out_dtypes):
+    """(input dtypes, output dtypes, {letter: dtype}) as CuPy 14's
+    _decide_params_type_core: the outputs (none when omitted) bind first, then
+    the input arrays; a scalar (dtype None) binds nothing and takes its
+    parameter's type. A letter no array binds is CuPy's KeyError(letter)."""
+    bound = {}
+    for params, dtypes in ((out_params, out_dtypes), (in_params, in_dtypes)):
+        for (kind, name), dtype in zip(params, dtypes):
+            if dtype is not None:
+                _bind_one(bound, kind, name, np.dtype(dtype))
+
+    def resolved(kind):
+        named = param_dtype(kind)
+        return bound[kind] if named is None else named
+    return ([resolved(kind) for kind, _ in in_params],
+            [resolved(kind) for kind, _ in out_params], bound)
+
+
+def _bind_one(bound, kind, name, dtype):
+    named = param_dtype(kind)
+    if named is not None:
+        if dtype != named:
+            raise TypeError(f"Type is mismatched. {name} {dtype} {named}")
+    elif kind in bound:
+        if dtype != bound[kind]:
+            raise TypeError(f"Type is mismatched. {name} {dtype} {bound[kind]} {kind}")
+    else:
+        bound[kind] = dtype
 
 
 def run_elementwise(source, shape, values):
@@ -361,46 +444,32 @@ class RawKernel:
 
 
 class ElementwiseKernel:
-    """cupy.ElementwiseKernel over NumPy arrays (outputs given), run as
-    emulated C: a type letter is bound to the dtype of the first array
-    argument of that type, else of the first scalar (a Python float as
-    float64, an int as int64)."""
+    """cupy.ElementwiseKernel over NumPy arrays, run as emulated C, its types
+    bound as CuPy binds them (bind_types); omitted outputs are made, with
+    NaN bits, and returned."""
 
     def __init__(self, in_params, out_params, operation, name):
         from towerflow.backends.kernel_specs import parse_params
         self.in_params, self.out_params = parse_params(in_params), parse_params(out_params)
         self.operation, self.name = operation, name
+        for kind, _ in self.in_params + self.out_params:
+            param_dtype(kind)       # an unknown type name fails here, as in CuPy
 
     def __call__(self, *args):
-        params = self.in_params + self.out_params
-        if len(args) != len(params):
-            raise TypeError(f"kernel {self.name} takes {len(params)} arguments (outputs "
-                            f"included), got {len(args)}")
-        dtypes = self._bind(args)
-        values = [np.asarray(value, dtype=dtypes[kind]) for (kind, _), value in
-                  zip(self.in_params, args)]
-        outputs = list(args[len(self.in_params):])
-        for (kind, name), out in zip(self.out_params, outputs):
-            if out.dtype != dtypes[kind]:
-                raise TypeError(f"output {name} of {self.name} is {out.dtype.name}, "
-                                f"its type {kind} is bound to {dtypes[kind].name}")
+        inputs, outputs = check_call(self.name, self.in_params, self.out_params, args,
+                                     np.ndarray)
+        in_types, out_types, placeholders = bind_types(
+            self.in_params, self.out_params,
+            [value.dtype if isinstance(value, np.ndarray) else None for value in inputs],
+            [out.dtype for out in outputs])
+        values = [value if isinstance(value, np.ndarray) else scalar_value(value, dtype)
+                  for value, dtype in zip(inputs, in_types)]
         shape = np.broadcast_shapes(*(np.shape(value) for value in values + outputs))
-        placeholders = {kind: dtype for kind, dtype in dtypes.items()
-                        if kind not in _C_TYPE_NAMES}
+        if not outputs:
+            outputs = [np.empty(shape, dtype) for dtype in out_types]
+            for out in outputs:
+                _poison(out)
         source = elementwise_source(self.in_params, self.out_params, self.operation,
                                     placeholders)
         run_elementwise(source, shape, values + outputs)
-
-    def _bind(self, args):
-        dtypes = {}
-        pairs = list(zip(self.in_params + self.out_params, args))
-        for want_array in (True, False):
-            for (kind, _), value in pairs:
-                if kind in _C_TYPE_NAMES:
-                    dtypes[kind] = _C_TYPE_NAMES[kind]
-                elif isinstance(value, np.ndarray) == want_array and kind not in dtypes:
-                    dtypes[kind] = np.asarray(value).dtype
-        return dtypes
-
-
-_C_TYPE_NAMES = {ctype: dtype for dtype, ctype in _DTYPE_C_TYPES.items()}
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)

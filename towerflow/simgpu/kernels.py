@@ -177,6 +177,8 @@ class ElementwiseKernel:
             raise NotImplementedError("the simulated GPU runs no preamble/loop_prep code")
         self.operation, self._sources = operation, {}
         types = {kind for kind, _ in self.in_params + self.out_params}
+        for kind in types:
+            cuda_emulation.param_dtype(kind)    # an unknown type name fails here, as in CuPy
         try:
             self.statements = translate(operation, types)
         except NotImplementedError:
@@ -185,43 +187,34 @@ class ElementwiseKernel:
             self.statements = None      # C beyond the translator's subset: compiled only
 
     def __call__(self, *args, size=None, block_size=None):
-        inputs, outputs = args[:len(self.in_params)], list(args[len(self.in_params):])
-        if len(inputs) < len(self.in_params):
-            raise TypeError(f"Wrong number of arguments for {self.name!r}")
-        types = self._bind_types(inputs, outputs)
+        inputs, outputs = cuda_emulation.check_call(self.name, self.in_params, self.out_params,
+                                                    args, arrays.ndarray, size)
+        in_types, out_types, placeholders = cuda_emulation.bind_types(
+            self.in_params, self.out_params, [_array_dtype(value) for value in inputs],
+            [out.dtype for out in outputs])
         shape = np.broadcast_shapes(*[np.shape(a._view) for a in inputs
                                       if isinstance(a, arrays.ndarray)]) \
             if any(isinstance(a, arrays.ndarray) for a in inputs) else ()
-        for kind, _ in self.out_params[len(outputs):]:
-            outputs.append(arrays.ndarray(shape, types[kind]))
-        self._launch(inputs, outputs, types)
+        if not outputs:
+            outputs = [arrays.ndarray(shape, dtype) for dtype in out_types]
+        self._launch(inputs, outputs, in_types + out_types, placeholders)
         if self.no_return:
             return None
         return outputs[0] if len(outputs) == 1 and not self.return_tuple else tuple(outputs)
 
-    def _bind_types(self, inputs, outputs):
-        types = {}
-        for (kind, name), value in zip(self.in_params + self.out_params,
-                                       list(inputs) + outputs):
-            dtype = value.dtype if isinstance(value, arrays.ndarray) else \
-                np.asarray(value).dtype
-            if kind in _C_TYPES:
-                continue
-            if kind in types and types[kind] != dtype and isinstance(value, arrays.ndarray):
-                raise TypeError(f"Type is mismatched. {name} {kind} {dtype} {types[kind]}")
-            types.setdefault(kind, dtype)
-        for kind, _ in self.out_params:
-            if kind not in types and kind not in _C_TYPES:
-                raise TypeError(f"Cannot determine the type of {kind!r} in {self.name!r}")
-        return {**{k: np.dtype(v) for k, v in _C_TYPES.items()}, **types}
+    def _launch(self, inputs, outputs, dtypes, placeholders):
+        # NOTE: C's names in the operation (casts, declarations) keep C's
+        # meaning ('float' is float32); the parameters have their bound dtypes.
+        c_types = {**{k: np.dtype(v) for k, v in _C_TYPES.items()}, **placeholders}
+        params = self.in_params + self.out_params
+        param_types = {name: dtype for (_, name), dtype in zip(params, dtypes)}
 
-    def _launch(self, inputs, outputs, types):
         def cast(value, type_name):
-            return np.asarray(value).astype(types[type_name], copy=False)
+            return np.asarray(value).astype(c_types[type_name], copy=False)
 
         # NOTE: the work holds NumPy views, never the arrays (see arrays.replayable).
-        bound = [(name, _host_value(value, types[kind])) for (kind, name), value in
-                 zip(self.in_params + self.out_params, list(inputs) + outputs)]
+        bound = [(name, _host_value(value, dtype)) for (_, name), value, dtype in
+                 zip(params, list(inputs) + outputs, dtypes)]
         output_views = [output._view for output in outputs]
 
         def translated():
@@ -231,56 +224,58 @@ class ElementwiseKernel:
             with np.errstate(all="ignore"):
                 for declared, name, code in self.statements:
                     value = eval(code, scope)
-                    kind = declared or self._kind_of(name)
-                    values[name] = np.asarray(value).astype(types[kind], copy=False)
+                    dtype = c_types[declared] if declared else self._type_of(name, param_types)
+                    values[name] = np.asarray(value).astype(dtype, copy=False)
             for (_, name), view in zip(self.out_params, output_views):
                 view[...] = values[name]
-        run = self._compiled(bound, output_views, types) or translated
+        run = self._compiled(bound, output_views, dtypes, placeholders) or translated
         device_arrays = [a for a in list(inputs) + outputs if isinstance(a, arrays.ndarray)]
         world = state.world()
         arrays._check_devices(device_arrays, world.current_device, self.name, False)
         arrays.submit(arrays.Work(self.name, run, reads=arrays._blocks(device_arrays),
                                   writes=arrays._blocks(outputs)))
 
-    def _compiled(self, bound, output_views, types):
+    def _compiled(self, bound, output_views, dtypes, placeholders):
         """The launch as compiled CUDA C (see cuda_emulation), or None where
         the emulation is off or has no C type for a bound dtype."""
-        params = self.in_params + self.out_params
-        kinds = {kind: types[kind] for kind, _ in params}
         if not cuda_emulation.available() or \
-                not cuda_emulation.elementwise_types_supported(kinds.values()):
+                not cuda_emulation.elementwise_types_supported(dtypes):
             return None
-        placeholders = {kind: dtype for kind, dtype in kinds.items() if kind not in _C_TYPES}
-        key = tuple(sorted((kind, np.dtype(dtype).str) for kind, dtype in placeholders.items()))
+        key = tuple(sorted((kind, dtype.str) for kind, dtype in placeholders.items()))
         if key not in self._sources:
             self._sources[key] = cuda_emulation.elementwise_source(
                 self.in_params, self.out_params, self.operation, placeholders)
         source = self._sources[key]
         shape = np.broadcast_shapes(*(np.shape(value) for _, value in bound))
+        in_types, out_types = dtypes[:len(self.in_params)], dtypes[len(self.in_params):]
 
         def run():
             # NOTE: inputs are read again at run time (a replay reads new values).
-            values = [np.asarray(value, dtype=kinds[kind])
-                      for (kind, _), (_, value) in zip(self.in_params, bound)]
-            outputs = [np.empty(shape, kinds[kind]) if view.dtype != kinds[kind] else view
-                       for (kind, _), view in zip(self.out_params, output_views)]
+            values = [np.asarray(value, dtype=dtype)
+                      for dtype, (_, value) in zip(in_types, bound)]
+            outputs = [np.empty(shape, dtype) if view.dtype != dtype else view
+                       for dtype, view in zip(out_types, output_views)]
             cuda_emulation.run_elementwise(source, shape, values + outputs)
             for view, written in zip(output_views, outputs):
                 if written is not view:
                     view[...] = written
         return run
 
-    def _kind_of(self, name):
-        for kind, param in self.in_params + self.out_params:
-            if param == name:
-                return kind
+    def _type_of(self, name, param_types):
+        if name in param_types:
+            return param_types[name]
         raise NotImplementedError(f"{name!r} is assigned in {self.name!r} without a type")
+
+
+def _array_dtype(value):
+    """An array's dtype, None for a scalar: CuPy binds placeholders from arrays only."""
+    return value.dtype if isinstance(value, arrays.ndarray) else None
 
 
 def _host_value(value, dtype):
     if isinstance(value, arrays.ndarray):
         return value._view
-    return np.asarray(value, dtype=dtype)
+    return cuda_emulation.scalar_value(value, dtype)
 
 
 # -- RawKernel: by reference ------------------------------------------------------------
