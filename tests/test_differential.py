@@ -336,8 +336,8 @@ def test_each_fast_path_trains_like_the_plain_path(probes, network):
 @pytest.mark.parametrize("network", ["cifar10", "residual"])
 def test_gpu_fast_paths_train_like_the_cpu_plain_path(gpu_backend, probes, network):
     """The GPU backend (the simulated GPU without one) in float64, its fast paths
-    (fused batch norm + ReLU, CUDA graphs) on and each off, against the CPU's
-    plain path: the GPU kernels meet the same 1e-12."""
+    (fused batch norm + ReLU, CUDA graphs, implicit-GEMM convolutions) on and
+    each off, against the CPU's plain path: the GPU kernels meet the same 1e-12."""
     plain = run_switched(probes, ALL, network, 9)
     for off in [()] + [(path.name,) for path in GPU_PATHS]:
         result = run_switched(probes, off, network, 9, device="/gpu:0")

@@ -20,6 +20,7 @@ import towerflow as tf
 from towerflow.backends import KernelContext, cupy_conv, kernel_specs, kernels
 from towerflow.backends import gpu_batch_norm_specs as bn_specs
 from towerflow.backends import gpu_conv_specs as conv_specs
+from towerflow.backends import gpu_implicit_gemm_specs as implicit_specs
 from towerflow.backends.window_geometry import _layout
 from towerflow.simgpu import cuda_emulation
 
@@ -38,7 +39,10 @@ TABLES = {"references": GPU,
 LAUNCHERS = [pytest.param(name, marks=() if name == "references" else NEEDS_COMPILER)
              for name in TABLES]
 RAW_SPECS = [conv_specs.IM2COL, conv_specs.COL2IM, bn_specs.BN_STATS_PARTIALS,
-             bn_specs.BN_STATS_FINISH, bn_specs.BN_GRAD_PARTIALS, bn_specs.BN_GRAD_FINISH]
+             bn_specs.BN_STATS_FINISH, bn_specs.BN_GRAD_PARTIALS, bn_specs.BN_GRAD_FINISH,
+             implicit_specs.IMPLICIT_CONV, implicit_specs.IMPLICIT_INPUT_GRAD,
+             implicit_specs.IMPLICIT_FILTER_GRAD_PARTIALS,
+             implicit_specs.IMPLICIT_FILTER_GRAD_FINISH]
 ELEMENTWISE_SPECS = [bn_specs.BN_APPLY, bn_specs.BN_APPLY_RELU, bn_specs.BN_GRAD_APPLY,
                      bn_specs.BN_GRAD_APPLY_MASKED]
 
@@ -102,6 +106,69 @@ def test_conv_kernels_match_the_numpy_kernels(rng, shape, window, stride, paddin
                                            conv_bounds(x, w, attrs, grad)):
         assert mine.shape == expected.shape and mine.dtype == dtype, name
         assert np.all(np.abs(mine - expected) <= bound), name
+
+
+def implicit_tables(monkeypatch):
+    """The GPU kernel tables with TOWERFLOW_GPU_CONV=implicit, by launcher."""
+    monkeypatch.setenv(cupy_conv.CONV_SWITCH, "implicit")
+    return {"references": cupy_conv.gpu_kernels(np, GENERIC, cupy_conv.ReferenceLauncher()),
+            "cuda_c": cupy_conv.gpu_kernels(np, GENERIC, cupy_conv.EmulatedLauncher()),
+            "cuda_c_reversed": cupy_conv.gpu_kernels(
+                np, GENERIC, cupy_conv.EmulatedLauncher(reverse=True))}
+
+
+# CONV_CASES, and one whose filter gradient sums its 8,250 outputs in two
+# splits (the second ragged).
+IMPLICIT_CASES = CONV_CASES + [((3, 55, 50, 2), 3, 1, "SAME")]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, window, stride, padding", IMPLICIT_CASES)
+def test_implicit_gemm_convolutions_match_the_numpy_kernels(monkeypatch, rng, shape, window,
+                                                            stride, padding, dtype, launcher):
+    """y, dx and dw by implicit GEMM (no patch matrix: Conv2D passes x on to
+    the filter gradient) within the same rounding bound as im2col's."""
+    x, w, attrs = conv_case(rng, shape, window, stride, padding, dtype)
+    table = implicit_tables(monkeypatch)[launcher]
+    y_shape = GENERIC["Conv2D"](ctx(attrs, dtype))(x, w)[0].shape
+    grad = rng.standard_normal(y_shape).astype(dtype)
+    ours = conv_outputs(table, x, w, attrs, grad)
+    assert table["Conv2D"](ctx(attrs, dtype))(x, w)[1] is x     # no patches made
+    theirs = conv_outputs(GENERIC, x, w, attrs, grad)
+    for name, mine, expected, bound in zip(("y", "dx", "dw"), ours, theirs,
+                                           conv_bounds(x, w, attrs, grad)):
+        assert mine.shape == expected.shape and mine.dtype == dtype, name
+        assert np.all(np.abs(mine - expected) <= bound), name
+
+
+def test_implicit_gemm_falls_back_to_the_generic_kernels(monkeypatch, rng):
+    """float16 and integer convolutions, and a filter gradient given im2col
+    patches, take the generic kernels; an unknown path is refused by name."""
+    table = implicit_tables(monkeypatch)["references"]
+    x = rng.integers(-3, 3, (2, 5, 5, 2)).astype(np.int32)
+    w = rng.integers(-3, 3, (3, 3, 2, 2)).astype(np.int32)
+    attrs = {"strides": (1, 1), "padding": "SAME"}
+    y, patches = table["Conv2D"](ctx(attrs, np.int32))(x, w)
+    np.testing.assert_array_equal(y, GENERIC["Conv2D"](ctx(attrs, np.int32))(x, w)[0])
+    grad = np.ones(y.shape, np.int32)
+    filter_attrs = {**attrs, "filter_shape": w.shape}
+    np.testing.assert_array_equal(
+        table["Conv2DBackpropFilter"](ctx(filter_attrs, np.int32))(patches, grad),
+        GENERIC["Conv2DBackpropFilter"](ctx(filter_attrs, np.int32))(patches, grad))
+    monkeypatch.setenv(cupy_conv.CONV_SWITCH, "im2col")     # read when a kernel is made
+    assert table["Conv2D"](ctx(attrs))(x.astype(np.float32), w.astype(np.float32))[1].ndim == 2
+    monkeypatch.setenv(cupy_conv.CONV_SWITCH, "cudnn")
+    with pytest.raises(ValueError, match="TOWERFLOW_GPU_CONV='cudnn': expected one of "
+                                         "im2col, implicit"):
+        table["Conv2D"](ctx(attrs))
+
+
+def test_the_filter_gradient_splits_cover_the_outputs_in_order():
+    for outputs in (1, 7, 4095, 4096, 8250, 524288, 10**7):
+        splits, per_split = implicit_specs.filter_grad_splits(outputs)
+        assert 1 <= splits <= implicit_specs.MAX_SPLITS and per_split % 8 == 0
+        assert (splits - 1) * per_split < outputs <= splits * per_split
 
 
 def test_im2col_takes_float16_by_its_bits(rng):
@@ -381,7 +448,9 @@ def test_the_traffic_model_counts_what_the_new_kernels_launch(rng):
                         lambda op: "GPU", lambda device: names)
     checked = set()
     for unit in units:
-        if unit.type not in GPU:
+        # NOTE: the GPU table's Conv2DBackpropFilter runs the generic kernel on
+        # im2col patches (the model counts it as before); its own is implicit GEMM's
+        if unit.type not in GPU or unit.type == "Conv2DBackpropFilter":
             continue
         launcher = CountingLauncher()
         table = cupy_conv.gpu_kernels(np, GENERIC, launcher)

@@ -87,6 +87,12 @@ FAST_PATHS = (
     FastPath("cuda_graphs", "TOWERFLOW_CUDA_GRAPHS", "1", "0",
              "a GPU plan's steps captured once as CUDA graphs, then replayed",
              "towerflow.plan_capture:_CapturedStep.replay", devices=("GPU",)),
+    # NOTE: off by default (im2col + cuBLAS) until a GPU has timed it against im2col.
+    FastPath("implicit_gemm", "TOWERFLOW_GPU_CONV", "implicit", "im2col",
+             "GPU convolutions and their gradients as implicit GEMMs: no patch or column "
+             "matrix is written", "towerflow.backends.cupy_conv:implicit_conv",
+             devices=("GPU",), more_probes=("towerflow.backends.cupy_conv:implicit_input_grad",
+                                            "towerflow.backends.cupy_conv:implicit_filter_grad")),
     FastPath("aligned_arrays", "TOWERFLOW_ALIGNED_ARRAYS", "1", "0",
              "NumPy arrays of 4 KiB or more that a plan's steps allocate start on 64-byte "
              "boundaries (cache lines)",

@@ -52,9 +52,12 @@ table's; the launcher runs the specs: :class:`CupyLauncher` on a GPU,
     table.update(gpu_kernels(np, table, ReferenceLauncher()))
 """
 
+import os
+
 import numpy as np
 
 from . import gpu_batch_norm_specs as bn_specs
+from . import gpu_implicit_gemm_specs as implicit_specs
 from . import output_used
 from .fused_kernels import batch_norm_chain_kernels
 from .gpu_conv_specs import BLOCK, COL2IM, IM2COL, geometry_args
@@ -64,6 +67,19 @@ from .window_geometry import _layout_maker
 
 # The fusion chains these kernels serve (see towerflow.fusion).
 FUSED_KERNELS = ("_FusedBatchNormRelu", "_ReluGradBatchNormGrad")
+# Convolutions by implicit GEMM (gpu_implicit_gemm_specs.py) instead of
+# im2col + cuBLAS: off until a GPU has measured it (read when a plan makes its
+# kernels, as the other fast-path switches are).
+CONV_SWITCH = "TOWERFLOW_GPU_CONV"
+CONV_PATHS = ("im2col", "implicit")
+
+
+def implicit_gemm_on():
+    """Whether TOWERFLOW_GPU_CONV asks for the implicit-GEMM convolutions."""
+    path = os.environ.get(CONV_SWITCH, "im2col")
+    if path not in CONV_PATHS:
+        raise ValueError(f"{CONV_SWITCH}={path!r}: expected one of {', '.join(CONV_PATHS)}")
+    return path == "implicit"
 
 
 class CupyLauncher:
@@ -78,7 +94,7 @@ class CupyLauncher:
         kernel = self._built.get((spec.name, dtype))
         if kernel is None:
             kernel = self._built[(spec.name, dtype)] = self.raw_kernel(spec, dtype)
-        kernel((grid,), (block,), tuple(spec.ordered_args(args, dtype)))
+        kernel(_dims(grid), _dims(block), tuple(spec.ordered_args(args, dtype)))
 
     def elementwise(self, spec, *arrays):
         kernel = self._built.get(spec.name)
@@ -118,6 +134,11 @@ class EmulatedLauncher(CupyLauncher):
 
     def gemm(self, a, b):
         return np.matmul(a, b)
+
+
+def _dims(size):
+    """A launch's grid or block as RawKernel takes it: a tuple of 1 to 3 ints."""
+    return tuple(size) if isinstance(size, tuple) else (size,)
 
 
 class ReferenceLauncher:
@@ -173,7 +194,124 @@ def col2im(launcher, xp, columns, x_shape, lay):
     return dx
 
 
+# -- convolution by implicit GEMM ------------------------------------------------------------
+
+
+def implicit_conv(launcher, xp, x, w, lay):
+    """y [N, OH, OW, O] = conv(x, w) with no patch matrix::
+
+        y = implicit_conv(CupyLauncher(), cupy, x, w, _layout(32, 32, 3, 3, 1, 1, "SAME"))
+    """
+    out_channels = w.shape[3]
+    rows = x.shape[0] * lay.out_h * lay.out_w
+    y = xp.empty((rows, out_channels), x.dtype)
+    if y.size:
+        launcher.raw(implicit_specs.IMPLICIT_CONV, implicit_specs.grid(rows, out_channels),
+                     implicit_specs.THREADS, x=xp.ascontiguousarray(x),
+                     w=xp.ascontiguousarray(w), y=y, rows=rows,
+                     **_implicit_geometry(x.shape, w.shape, lay))
+    return y.reshape(x.shape[0], lay.out_h, lay.out_w, out_channels)
+
+
+def implicit_input_grad(launcher, xp, x_shape, w, grad, lay):
+    """dx [N, H, W, C] from grad [N, OH, OW, O], with no column matrix."""
+    rows, channels = int(np.prod(x_shape[:3])), x_shape[3]
+    dx = xp.empty((rows, channels), grad.dtype)
+    if dx.size:
+        launcher.raw(implicit_specs.IMPLICIT_INPUT_GRAD, implicit_specs.grid(rows, channels),
+                     implicit_specs.THREADS, grad=xp.ascontiguousarray(grad),
+                     w=xp.ascontiguousarray(w), dx=dx, rows=rows,
+                     **_implicit_geometry(x_shape, w.shape, lay))
+    return dx.reshape(x_shape)
+
+
+def implicit_filter_grad(launcher, xp, x, grad, filter_shape, lay):
+    """dw [KH, KW, C, O] from x and grad, with no patch matrix: partial sums
+    over splits of the outputs, then added in split order."""
+    rows, out_channels = int(np.prod(filter_shape[:3])), filter_shape[3]
+    outputs = grad.size // out_channels
+    splits, per_split = implicit_specs.filter_grad_splits(outputs)
+    partials = xp.empty((splits, rows, out_channels), grad.dtype)
+    dw = xp.empty(filter_shape, grad.dtype)
+    if outputs == 0:
+        dw[...] = 0
+        return dw
+    launcher.raw(implicit_specs.IMPLICIT_FILTER_GRAD_PARTIALS,
+                 implicit_specs.grid(rows, out_channels, splits), implicit_specs.THREADS,
+                 x=xp.ascontiguousarray(x), grad=xp.ascontiguousarray(grad),
+                 partials=partials, rows=rows, outputs=outputs, per_split=per_split,
+                 **_implicit_geometry(x.shape, filter_shape, lay))
+    count = rows * out_channels
+    launcher.raw(implicit_specs.IMPLICIT_FILTER_GRAD_FINISH,
+                 -(-count // implicit_specs.THREADS), implicit_specs.THREADS,
+                 partials=partials, dw=dw, splits=splits, count=count)
+    return dw
+
+
+def _implicit_geometry(x_shape, w_shape, lay):
+    return {**geometry_args(x_shape, lay), "out_channels": w_shape[3]}
+
+
+def _implicit_conv_kernels(xp, table, launcher):
+    """Conv2D, its gradients and its Conv2DBackpropFilter by implicit GEMM.
+    Conv2D's second output, which the filter gradient reads, is x itself
+    (4-D, where the im2col path gives 2-D patches)."""
+    def conv2d(ctx):
+        generic, layout_of = table["Conv2D"](ctx), _layout_maker(ctx.attrs)
+
+        def conv(x, w):
+            if not _takes(x, w):
+                return generic(x, w)
+            return implicit_conv(launcher, xp, x, w, layout_of(x.shape, w.shape[:2])), x
+        return conv
+
+    def backprop_input(ctx):
+        generic, layout_of = table["Conv2DBackpropInput"](ctx), _layout_maker(ctx.attrs)
+
+        def grad_input(x, w, grad):
+            if not _takes(w, grad):
+                return generic(x, w, grad)
+            x_shape = tuple(x.shape)
+            return implicit_input_grad(launcher, xp, x_shape, w, grad,
+                                       layout_of(x_shape, w.shape[:2]))
+        return sized_backprop_input(ctx, grad_input)
+
+    def backprop_filter(ctx):
+        generic, attrs = table["Conv2DBackpropFilter"](ctx), ctx.attrs
+        filter_shape = tuple(attrs["filter_shape"])
+
+        def grad_filter(patches_or_x, grad):
+            if patches_or_x.ndim != 4:          # patches: an im2col Conv2D's
+                return generic(patches_or_x, grad)
+            # NOTE: the windows' strides and padding come with the op (conv_ops.py)
+            lay = _layout_maker(attrs)(patches_or_x.shape, filter_shape[:2])
+            return implicit_filter_grad(launcher, xp, patches_or_x, grad, filter_shape, lay)
+        return grad_filter
+
+    return {"Conv2D": conv2d, "Conv2DBackpropInput": backprop_input,
+            "Conv2DBackpropFilter": backprop_filter}
+
+
+# -- convolution by im2col + GEMM ---------------------------------------------------------------
+
+
 def _conv_kernels(xp, table, launcher):
+    """The convolution makers: each asks TOWERFLOW_GPU_CONV which path's
+    kernel to make when a plan makes it (the backend's table is built once)."""
+    paths = {"im2col": _im2col_conv_kernels(xp, table, launcher),
+             "implicit": _implicit_conv_kernels(xp, table, launcher)}
+
+    def switched(name):
+        def make(ctx):
+            makers = paths["implicit" if implicit_gemm_on() else "im2col"]
+            return makers.get(name, table[name])(ctx)
+        return make
+    return {name: switched(name) for name in ("Conv2D", "Conv2DBackpropInput")} | {
+        # takes either path's Conv2D output: x (implicit) or patches (im2col)
+        "Conv2DBackpropFilter": paths["implicit"]["Conv2DBackpropFilter"]}
+
+
+def _im2col_conv_kernels(xp, table, launcher):
     def conv2d(ctx):
         generic, layout_of = table["Conv2D"](ctx), _layout_maker(ctx.attrs)
         if not output_used(ctx, 1):

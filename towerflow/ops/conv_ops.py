@@ -124,7 +124,9 @@ def _conv2d_grad(op, grad, _grad_patches):
     grad_x = graph.create_op("Conv2DBackpropInput", [x, w, grad], attrs).outputs[0]
     if not w.shape.is_fully_defined():
         raise ValueError(f"the gradient of conv2d needs a filter of known shape, got {w.shape}")
-    attrs = {"filter_shape": tuple(w.shape.dims)}
+    # NOTE: the strides and padding let a kernel that gets x, not patches, as its
+    # first input (the GPU's implicit GEMM, cupy_conv.py) lay the windows out.
+    attrs = {"filter_shape": tuple(w.shape.dims), **attrs}
     grad_w = graph.create_op("Conv2DBackpropFilter", [op.outputs[1], grad], attrs).outputs[0]
     return [grad_x, grad_w]
 
@@ -248,7 +250,8 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
     conv = x.graph.create_op("Conv2D", [x, convert_to_tensor(zeros)],
                              {"strides": stride_hw, "padding": padding})
     return x.graph.create_op("Conv2DBackpropFilter", [conv.outputs[1], grad],
-                             {"filter_shape": tuple(sizes)},
+                             {"filter_shape": tuple(sizes), "strides": stride_hw,
+                              "padding": padding},
                              name=name or "Conv2DBackpropFilter").outputs[0]
 
 
@@ -340,7 +343,7 @@ def _conv2d_transpose_grad(op, grad):
     attrs = {"strides": op.attrs["strides"], "padding": op.attrs["padding"]}
     conv = op.graph.create_op("Conv2D", [grad, w], attrs)
     grad_w = op.graph.create_op("Conv2DBackpropFilter", [conv.outputs[1], value],
-                                {"filter_shape": tuple(w.shape.dims)}).outputs[0]
+                                {"filter_shape": tuple(w.shape.dims), **attrs}).outputs[0]
     grad_x = [None] if len(op.inputs) == 3 else []   # (x, w, grad): x gives a shape only
     return grad_x + [grad_w, conv.outputs[0]]
 
