@@ -32,14 +32,16 @@ GPU = cupy_conv.gpu_kernels(np, GENERIC, cupy_conv.ReferenceLauncher())
 # a missing barrier shows under one order or the other).
 NEEDS_COMPILER = pytest.mark.skipif(not cuda_emulation.available(),
                                     reason="no C++ compiler for the CUDA emulation")
-TABLES = {"references": GPU,
-          "cuda_c": cupy_conv.gpu_kernels(np, GENERIC, cupy_conv.EmulatedLauncher()),
-          "cuda_c_reversed": cupy_conv.gpu_kernels(
-              np, GENERIC, cupy_conv.EmulatedLauncher(reverse=True))}
+LAUNCHER_OBJECTS = {"references": cupy_conv.ReferenceLauncher(),
+                    "cuda_c": cupy_conv.EmulatedLauncher(),
+                    "cuda_c_reversed": cupy_conv.EmulatedLauncher(reverse=True)}
+TABLES = {name: cupy_conv.gpu_kernels(np, GENERIC, launcher)
+          for name, launcher in LAUNCHER_OBJECTS.items()}
 LAUNCHERS = [pytest.param(name, marks=() if name == "references" else NEEDS_COMPILER)
              for name in TABLES]
 RAW_SPECS = [conv_specs.IM2COL, conv_specs.COL2IM, bn_specs.BN_STATS_PARTIALS,
              bn_specs.BN_STATS_FINISH, bn_specs.BN_GRAD_PARTIALS, bn_specs.BN_GRAD_FINISH,
+             bn_specs.BN_STATS_FINISH_FED, bn_specs.BN_GRAD_FINISH_FED,
              implicit_specs.IMPLICIT_CONV, implicit_specs.IMPLICIT_INPUT_GRAD,
              implicit_specs.IMPLICIT_FILTER_GRAD_PARTIALS,
              implicit_specs.IMPLICIT_FILTER_GRAD_FINISH]
@@ -310,6 +312,48 @@ def test_batch_norm_gradient_matches_the_numpy_kernel(rng, shape, mean, spread, 
         assert np.all(np.abs(mine - theirs) <= bound)
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_fed_training_flag_selects_on_the_device(rng, launcher, training, dtype):
+    """A flag fed at run time (a bool array on the device, never read on the
+    host) picks the batch's statistics or the moving ones in the finish
+    kernels, and the gradient's paths through the batch statistics: each as
+    the generic kernel computes that mode (the cifar10 recipe feeds its flag)."""
+    shape, epsilon = (2, 33, 5, 4), 1e-3
+    x, scale, offset = bn_inputs(rng, shape, dtype, -3.0, 0.1)
+    moving_mean = rng.standard_normal(4).astype(dtype) - 3
+    moving_variance = (rng.random(4) * 0.02 + 0.005).astype(dtype)
+    fed = (np.array(training), moving_mean, moving_variance)
+    ours = cupy_conv.batch_norm_training(LAUNCHER_OBJECTS[launcher], np, x, scale, offset,
+                                         epsilon, True, fed)
+    attrs = {"epsilon": epsilon, "is_training": training}
+    expected = GENERIC["FusedBatchNorm"](ctx(attrs, dtype))(x, scale, offset, moving_mean,
+                                                           moving_variance)
+    if training:
+        mean_tol, var_tol, inv_tol, y_tol = bn_forward_bounds(x, scale, offset, epsilon)
+    else:   # the given statistics, copied; inv_std and y rounded a few times each
+        mean_tol, var_tol = 0, 0
+        inv_tol = 4 * eps(dtype) * expected[4]
+        gain = np.abs(scale * expected[4])
+        rows = x.reshape(-1, shape[-1])
+        y_tol = 8 * eps(dtype) * (np.abs(rows - moving_mean) * gain + np.abs(offset))
+    for index, bound in ((1, mean_tol), (2, var_tol), (3, mean_tol), (4, inv_tol)):
+        assert np.all(np.abs(ours[index] - expected[index]) <= bound), index
+    difference = np.abs(ours[0] - np.maximum(expected[0], 0)).reshape(-1, shape[-1])
+    assert np.all(difference <= y_tol)
+    grad = rng.standard_normal(shape).astype(dtype)
+    dx, dscale, doffset = cupy_conv.batch_norm_grad_training(
+        LAUNCHER_OBJECTS[launcher], np, grad, None, x, scale, expected[3], expected[4],
+        np.array(training))
+    expected_grad = GENERIC["FusedBatchNormGrad"](ctx(attrs, dtype, 3))(
+        grad, x, scale, expected[3], expected[4])
+    bounds = bn_grad_bounds(grad, x, scale, expected[3], expected[4])
+    assert np.all(np.abs(dx - expected_grad[0]).reshape(bounds[0].shape) <= bounds[0])
+    for mine, theirs, bound in zip((dscale, doffset), expected_grad[1:], bounds[1:]):
+        assert np.all(np.abs(mine - theirs) <= bound)
+
+
 def test_relu_keeps_nan_and_its_gradient_multiplies_as_relu_grad_does():
     """A NaN stays NaN through the ReLU (as np.maximum keeps it); an infinite
     gradient where the ReLU output is 0 gives NaN (inf * 0), as ReluGrad's does."""
@@ -531,3 +575,44 @@ def test_an_inference_convolution_keeps_no_patch_matrix(gpu_backend, monkeypatch
     assert built == []
     sess.run(grad)
     assert built
+
+
+def fed_flag_losses(device):
+    """Losses of three training steps (flag fed True by default) and three
+    evaluations (flag fed False) of a conv + batch norm + ReLU network."""
+    tf.reset_default_graph()
+    weights = np.random.default_rng(5).standard_normal((3, 3, 3, 8)).astype(np.float32)
+    with tf.device(device):
+        images = tf.placeholder(tf.float32, [4, 8, 8, 3])
+        training = tf.placeholder_with_default(True, [])
+        y = tf.layers.conv2d(images, 8, 3, padding="same", use_bias=False,
+                             kernel_initializer=tf.constant_initializer(weights))
+        y = tf.nn.relu(tf.layers.batch_normalization(y, training=training))
+        loss = tf.reduce_mean(y * y)
+        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+            train_op = tf.train.MomentumOptimizer(0.1, 0.9).minimize(loss)
+    rng, losses = np.random.default_rng(0), []
+    with tf.Session() as session:
+        session.run(tf.global_variables_initializer())
+        for _ in range(3):
+            batch = rng.random((4, 8, 8, 3)).astype(np.float32)
+            losses.append(session.run([loss, train_op], {images: batch})[0])
+            losses.append(session.run(loss, {images: batch, training: False}))
+    return losses
+
+
+@pytest.mark.gpu
+def test_a_fed_training_flag_runs_the_fused_batch_norm_on_a_gpu(real_gpu, monkeypatch):  # noqa: F811
+    """The cifar10 recipe feeds its flag: on a GPU that reaches the fused
+    batch-norm kernels (selecting on the device), not the generic ones, and
+    trains and evaluates as /cpu:0 does."""
+    fed_calls = []
+    fused = cupy_conv.batch_norm_training
+
+    def counting(*args, **kwargs):
+        fed_calls.append(len(args) > 7 and args[7] is not None)
+        return fused(*args, **kwargs)
+    monkeypatch.setattr(cupy_conv, "batch_norm_training", counting)
+    on_gpu = fed_flag_losses("/gpu:0")
+    assert fed_calls and all(fed_calls)         # every batch norm, fed flag and all
+    np.testing.assert_allclose(on_gpu, fed_flag_losses("/cpu:0"), rtol=1e-5)

@@ -360,9 +360,11 @@ def _rows(xp, x):
     return xp.ascontiguousarray(x).reshape(-1, x.shape[-1])
 
 
-def batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu):
+def batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu, fed=None):
     """FusedBatchNorm in training (then ReLU if ``relu``): (y, batch mean,
-    unbiased batch variance, saved mean, saved inv_std)::
+    unbiased batch variance, saved mean, saved inv_std). With ``fed`` (the
+    fed flag, a bool array on the device, and the given mean and variance)
+    the flag picks, on the device, the batch's statistics or the given ones::
 
         y, mean, variance, _, inv_std = batch_norm_training(
             ReferenceLauncher(), np, x, scale, offset, 1e-3, relu=True)
@@ -376,19 +378,28 @@ def batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu):
                  rows=rows, channels=channels, rows_per_block=rows_per_block,
                  first_out=first, second_out=second)
     mean, variance, inv_std, gain = (xp.empty(channels, x.dtype) for _ in range(4))
-    launcher.raw(bn_specs.BN_STATS_FINISH, _finish_grid(channels), bn_specs.FINISH_BLOCK,
+    finish, fed_args = bn_specs.BN_STATS_FINISH, {}
+    if fed is not None:
+        training, given_mean, given_variance = fed
+        finish, fed_args = bn_specs.BN_STATS_FINISH_FED, {
+            "training": training, "given_mean": xp.ascontiguousarray(given_mean),
+            "given_variance": xp.ascontiguousarray(given_variance)}
+    launcher.raw(finish, _finish_grid(channels), bn_specs.FINISH_BLOCK,
                  first=first, second=second, shift=shift, scale=xp.ascontiguousarray(scale),
                  blocks=blocks, channels=channels, rows=rows, epsilon=epsilon, mean=mean,
-                 variance=variance, inv_std=inv_std, gain=gain)
+                 variance=variance, inv_std=inv_std, gain=gain, **fed_args)
     y = xp.empty_like(rows2d)
     launcher.elementwise(bn_specs.BN_APPLY_RELU if relu else bn_specs.BN_APPLY,
                          rows2d, mean, gain, offset, y)
     return y.reshape(x.shape), mean, variance, mean, inv_std
 
 
-def batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale, mean, inv_std):
+def batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale, mean, inv_std,
+                             training=None):
     """FusedBatchNormGrad in training, of ``grad`` masked by ``relu_output > 0``
-    first (ReluGrad) unless that is None: (dx, dscale, doffset)::
+    first (ReluGrad) unless that is None: (dx, dscale, doffset). With a fed
+    flag ``training`` (a bool array on the device) False, no gradient flows
+    through the batch statistics (inference's gradient)::
 
         dx, dscale, doffset = batch_norm_grad_training(
             ReferenceLauncher(), np, grad, y, x, scale, mean, inv_std)
@@ -406,11 +417,13 @@ def batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale, mean, in
                  second_out=second)
     dscale, doffset, gain, k_centered, k_offset = (xp.empty(channels, grad.dtype)
                                                    for _ in range(5))
-    launcher.raw(bn_specs.BN_GRAD_FINISH, _finish_grid(channels), bn_specs.FINISH_BLOCK,
+    finish, fed_args = (bn_specs.BN_GRAD_FINISH, {}) if training is None else \
+        (bn_specs.BN_GRAD_FINISH_FED, {"training": training})
+    launcher.raw(finish, _finish_grid(channels), bn_specs.FINISH_BLOCK,
                  first=first, second=second, scale=xp.ascontiguousarray(scale),
                  inv_std=xp.ascontiguousarray(inv_std), blocks=blocks, channels=channels,
                  rows=rows, dscale=dscale, doffset=doffset, gain=gain, k_centered=k_centered,
-                 k_offset=k_offset)
+                 k_offset=k_offset, **fed_args)
     dx = xp.empty_like(grad2d)
     coefficients = (mean, gain, k_centered, k_offset, dx)
     if masked:
@@ -426,17 +439,19 @@ def _finish_grid(channels):
 
 
 def _batch_norm_kernels(xp, table, launcher):
-    def train(x, scale, offset, epsilon, relu):
-        if not _takes(x, scale, offset):
+    def train(x, scale, offset, epsilon, relu, fed=None):
+        if not _takes(x, scale, offset, *(fed[1:] if fed else ())) or \
+                fed is not None and fed[0].dtype != np.bool_:
             return None
-        return batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu)
+        return batch_norm_training(launcher, xp, x, scale, offset, epsilon, relu, fed)
 
-    def train_grad(grad, relu_output, x, scale, mean, inv_std):
-        if not _takes(grad, x, scale, mean, inv_std):
+    def train_grad(grad, relu_output, x, scale, mean, inv_std, training=None):
+        if not _takes(grad, x, scale, mean, inv_std) or \
+                training is not None and training.dtype != np.bool_:
             return None
         return batch_norm_grad_training(launcher, xp, grad, relu_output, x, scale, mean,
-                                        inv_std)
-    return batch_norm_chain_kernels(xp, table, train, train_grad)
+                                        inv_std, training)
+    return batch_norm_chain_kernels(xp, table, train, train_grad, flag_on_device=True)
 
 
 def gpu_kernels(xp, table, launcher=None):

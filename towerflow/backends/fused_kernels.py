@@ -233,7 +233,8 @@ class _PerChannel:
         return column_sums(self._ones, rows)
 
 
-def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
+def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None,
+                             flag_on_device=False):
     """Makers for FusedBatchNorm, FusedBatchNormGrad and fusion.py's chains
     ``_FusedBatchNormRelu`` / ``_ReluGradBatchNormGrad`` for a backend with its
     own training-mode kernels: ``train(x, scale, offset, epsilon, relu)`` and
@@ -244,7 +245,10 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
     compute them). A training flag fed at run time (``is_training`` None:
     ``tf.layers.batch_normalization(x, training=is_training_placeholder)``)
     is read on the host where ``xp`` is NumPy: True runs the training
-    kernels; on a GPU it stays on the device, for the table's makers::
+    kernels. On a GPU it stays on the device: with ``flag_on_device`` the
+    kernels take it (``train(..., fed=(flag, mean, variance))``,
+    ``train_grad(..., training=flag)``) and select on the device; without,
+    the table's makers run::
 
         kernels = batch_norm_chain_kernels(np, table, native_train, native_grad)
     """
@@ -256,7 +260,12 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
         """Whether the op may run the training kernels: in training mode,
         decided when built or (on the host) by a fed flag."""
         training = ctx.attrs["is_training"]
-        return (training is True or training is None and xp is np) and takes_op(ctx)
+        fed_here = training is None and (xp is np or flag_on_device)
+        return (training is True or fed_here) and takes_op(ctx)
+
+    def on_device(fed_training):
+        """The fed flag, where the kernels select on the device with it."""
+        return fed_training[0] if fed_training and xp is not np else None
 
     def forward(relu):
         def make(ctx):
@@ -268,8 +277,12 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
             epsilon = ctx.attrs["epsilon"]
 
             def run(x, scale, offset, mean, variance, *fed_training):
-                outputs = train(x, scale, offset, epsilon, relu) \
-                    if trains(fed_training) else None
+                flag = on_device(fed_training)
+                if flag is not None:
+                    outputs = train(x, scale, offset, epsilon, relu, (flag, mean, variance))
+                else:
+                    outputs = train(x, scale, offset, epsilon, relu) \
+                        if trains(fed_training) else None
                 return fallback(x, scale, offset, mean, variance, *fed_training) \
                     if outputs is None else outputs
             return run
@@ -288,8 +301,12 @@ def batch_norm_chain_kernels(xp, table, train, train_grad, takes_op=None):
                 arrays, fed_training = (inputs[:-1], inputs[-1:]) if fed else (inputs, ())
                 relu_output, (x, scale, mean, inv_std) = \
                     (arrays[0], arrays[1:]) if masked else (None, arrays)
-                outputs = train_grad(grad, relu_output, x, scale, mean, inv_std) \
-                    if trains(fed_training) else None
+                flag = on_device(fed_training)
+                if flag is not None:
+                    outputs = train_grad(grad, relu_output, x, scale, mean, inv_std, flag)
+                else:
+                    outputs = train_grad(grad, relu_output, x, scale, mean, inv_std) \
+                        if trains(fed_training) else None
                 return fallback(grad, *inputs) if outputs is None else outputs
             return run
         return make

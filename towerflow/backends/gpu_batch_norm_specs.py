@@ -128,11 +128,10 @@ def stats_finish_reference(first, second, shift, scale, blocks, channels, rows, 
     gain[...] = scale * inv_std
 
 
-BN_STATS_FINISH = RawKernelSpec(
-    "towerflow_bn_stats_finish",
-    "const T* first, const T* second, const T* shift, const T* scale, int blocks, "
-    "int channels, long long rows, T epsilon, T* mean, T* variance, T* inv_std, T* gain",
-    """    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+_STATS_FINISH_PARAMS = ("const T* first, const T* second, const T* shift, const T* scale, "
+                        "int blocks, int channels, long long rows, T epsilon, T* mean, "
+                        "T* variance, T* inv_std, T* gain")
+_STATS_FINISH_BODY = """    const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     T total = 0, total_sq = 0;
     for (int b = 0; b < blocks; ++b) {
@@ -143,12 +142,45 @@ BN_STATS_FINISH = RawKernelSpec(
     const T shifted_mean = total / count;
     T biased = total_sq / count - shifted_mean * shifted_mean;
     if (biased < (T)0) biased = (T)0;
-    mean[c] = shift[c] + shifted_mean;
-    variance[c] = biased * (count / (rows > 1 ? count - (T)1 : (T)1));
-    const T inv = (T)1 / sqrt(biased + epsilon);
+    T inv;
+    INFERENCE_OR {
+        mean[c] = shift[c] + shifted_mean;
+        variance[c] = biased * (count / (rows > 1 ? count - (T)1 : (T)1));
+        inv = (T)1 / sqrt(biased + epsilon);
+    }
     inv_std[c] = inv;
-    gain[c] = scale[c] * inv;""",
-    stats_finish_reference)
+    gain[c] = scale[c] * inv;"""
+
+BN_STATS_FINISH = RawKernelSpec(
+    "towerflow_bn_stats_finish", _STATS_FINISH_PARAMS,
+    _STATS_FINISH_BODY.replace("INFERENCE_OR", ""), stats_finish_reference)
+
+
+def stats_finish_fed_reference(first, second, shift, scale, blocks, channels, rows, epsilon,
+                               mean, variance, inv_std, gain, training, given_mean,
+                               given_variance):
+    """The batch's statistics where the fed flag ``training`` is True, else the
+    given (moving) mean and variance, as the generic kernel selects them."""
+    stats_finish_reference(first, second, shift, scale, blocks, channels, rows, epsilon,
+                           mean, variance, inv_std, gain)
+    if not training.reshape(-1)[0]:
+        mean[...], variance[...] = given_mean, given_variance
+        inv_std[...] = mean.dtype.type(1) / np.sqrt(given_variance + epsilon)
+        gain[...] = scale * inv_std
+
+
+# NOTE: the flag is read on the device, never on the host (a captured step
+# replays with whatever value is fed).
+BN_STATS_FINISH_FED = RawKernelSpec(
+    "towerflow_bn_stats_finish_fed",
+    _STATS_FINISH_PARAMS + ", const bool* training, const T* given_mean, "
+    "const T* given_variance",
+    _STATS_FINISH_BODY.replace("INFERENCE_OR", """if (!training[0]) {
+        mean[c] = given_mean[c];
+        variance[c] = given_variance[c];
+        inv = (T)1 / sqrt(given_variance[c] + epsilon);
+    } else"""),
+    stats_finish_fed_reference)
 
 
 BN_APPLY = ElementwiseKernelSpec(
@@ -204,12 +236,10 @@ def grad_finish_reference(first, second, scale, inv_std, blocks, channels, rows,
     k_offset[...] = gain * doffset * (dtype(1) / count)
 
 
-BN_GRAD_FINISH = RawKernelSpec(
-    "towerflow_bn_grad_finish",
-    "const T* first, const T* second, const T* scale, const T* inv_std, int blocks, "
-    "int channels, long long rows, T* dscale, T* doffset, T* gain, T* k_centered, "
-    "T* k_offset",
-    """    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+_GRAD_FINISH_PARAMS = ("const T* first, const T* second, const T* scale, const T* inv_std, "
+                       "int blocks, int channels, long long rows, T* dscale, T* doffset, "
+                       "T* gain, T* k_centered, T* k_offset")
+_GRAD_FINISH_BODY = """    const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     T total = 0, total_centered = 0;
     for (int b = 0; b < blocks; ++b) {
@@ -223,9 +253,30 @@ BN_GRAD_FINISH = RawKernelSpec(
     doffset[c] = total;
     dscale[c] = scale_c;
     gain[c] = g;
-    k_centered[c] = g * inv * scale_c * ((T)-1 / count);
-    k_offset[c] = g * total * ((T)1 / count);""",
-    grad_finish_reference)
+    const T through_variance = g * inv * scale_c * ((T)-1 / count);
+    const T through_mean = g * total * ((T)1 / count);
+    k_centered[c] = FED_SELECT through_variance;
+    k_offset[c] = FED_SELECT through_mean;"""
+
+BN_GRAD_FINISH = RawKernelSpec(
+    "towerflow_bn_grad_finish", _GRAD_FINISH_PARAMS,
+    _GRAD_FINISH_BODY.replace("FED_SELECT ", ""), grad_finish_reference)
+
+
+def grad_finish_fed_reference(first, second, scale, inv_std, blocks, channels, rows, dscale,
+                              doffset, gain, k_centered, k_offset, training):
+    """As in training, but with no path through the batch statistics (the
+    k terms 0) where the fed flag ``training`` is False."""
+    grad_finish_reference(first, second, scale, inv_std, blocks, channels, rows, dscale,
+                          doffset, gain, k_centered, k_offset)
+    if not training.reshape(-1)[0]:
+        k_centered[...], k_offset[...] = 0, 0
+
+
+BN_GRAD_FINISH_FED = RawKernelSpec(
+    "towerflow_bn_grad_finish_fed", _GRAD_FINISH_PARAMS + ", const bool* training",
+    _GRAD_FINISH_BODY.replace("FED_SELECT", "!training[0] ? (T)0 :"),
+    grad_finish_fed_reference)
 
 
 BN_GRAD_APPLY = ElementwiseKernelSpec(
