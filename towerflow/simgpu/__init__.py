@@ -18,8 +18,11 @@ What it checks (each violation raises, naming what and where):
   ``launch`` replays (fresh outputs stay unwritten, NaN, until then);
   synchronising, reading on the host, copying from pageable memory and
   allocating from a pool that also serves work outside the graph raise;
-- **memory**: pools count bytes and refuse past ``set_limit``, with
-  CuPy's OutOfMemoryError;
+- **memory**: pools split and merge chunks as CuPy's, count bytes per
+  device and refuse past ``set_limit``, with CuPy's OutOfMemoryError; a
+  read of memory nothing wrote since its allocation raises
+  UninitializedReadError; the pinned pool hands a freed buffer out again
+  at once, as CuPy's;
 - **NCCL**: communicators in one process (``initAll``, groups) and across
   MPI ranks; a collective some ranks never join raises instead of hanging.
 
@@ -48,13 +51,14 @@ import os
 import sys
 
 from . import clock, modules, nccl, state
-from .clock import CUDARuntimeError, RaceError
+from .clock import CUDARuntimeError, RaceError, UninitializedReadError
 from .kernels import register_reference
 
 __all__ = [
     "ENV_VARIABLE",
     "CUDARuntimeError",
     "RaceError",
+    "UninitializedReadError",
     "install",
     "installed",
     "is_installed",

@@ -39,6 +39,10 @@ class Work:
         where = f"'{self.name}'"
         for block in self.reads:
             block.check_read(clock, stream.key, where)
+            # NOTE: a block the work also writes may be written only (an out=,
+            # a fill, a kernel's output): only pure reads must find it written.
+            if block not in self.writes:
+                block.check_initialized(stream.key, where)
         for block in self.writes:
             block.check_write(clock, stream.key, where)
         result = self.run()
@@ -79,23 +83,35 @@ def seal(graph):
     blocks = {}
     for node in graph.nodes:
         blocks.update(getattr(node, "blocks", {}))
-    graph.seal = [(block, _owned_by(block, graph), _stamp(block, graph))
-                  for block in blocks.values()]
+    owned = {key: _owned_by(block, graph) for key, block in blocks.items()}
+    graph.seal = [(block, owned[key], _stamp(block, owned[key]))
+                  for key, block in blocks.items()]
 
 
 def check_seal(graph, stream):
     """Before a replay: refuse memory from outside the graph's own pool that
-    was freed since the capture (its array dropped), and graph-pool memory the
-    pool has handed out again since: on a GPU both mean another user's data."""
+    was freed since the capture (its array dropped), graph-pool memory the
+    pool has handed out again since, and memory given back to the GPU (its
+    pool dropped or emptied): on a GPU each means another user's data."""
     for block, owned, stamp in getattr(graph, "seal", ()):
-        if _stamp(block, graph) != stamp:
+        why = _stale(block, owned, stamp)
+        if why:
             raise clocks.RaceError(
                 f"a graph replay on {stream.key} uses GPU {block.device_id} memory at "
-                f"{block.ptr:#x} ({block.nbytes} bytes) that "
-                + ("its pool has handed out again since the capture (keep the graph's "
-                   "arrays alive while it may replay)" if owned else
-                   "was freed since the capture (a graph holds no reference to its "
-                   "arrays: keep them alive while the graph may replay)"))
+                f"{block.ptr:#x} ({block.nbytes} bytes) that {why}")
+
+
+def _stale(block, owned, stamp):
+    if block.memory.released:
+        return ("was given back to the GPU since the capture (the graph's memory pool "
+                "was dropped or emptied: keep the pool alive while the graph may replay)")
+    if _stamp(block, owned) == stamp:
+        return None
+    if owned:
+        return ("its pool has handed out again since the capture (keep the graph's "
+                "arrays alive while it may replay)")
+    return ("was freed since the capture (a graph holds no reference to its arrays: keep "
+            "them alive while the graph may replay)")
 
 
 def _owned_by(block, graph):
@@ -103,8 +119,15 @@ def _owned_by(block, graph):
     return pool is not None and pool.graph_owner is graph
 
 
-def _stamp(block, graph):
-    return block.handouts if _owned_by(block, graph) else block.generation
+def _stamp(block, owned):
+    """What changes when the block's memory is reused: for the graph's own
+    pool, any hand-out overlapping it (the pool may have split or merged the
+    chunk since); else the chunk's frees and hand-outs."""
+    if not owned:
+        return block.generation
+    end = block.offset + block.nbytes
+    log = block.memory.handout_log or ()
+    return sum(1 for start, stop in log if start < end and block.offset < stop)
 
 
 def host_read(array, stream=None):

@@ -44,6 +44,11 @@ class RaceError(RuntimeError):
     """Device memory accessed without the ordering CUDA requires."""
 
 
+class UninitializedReadError(RuntimeError):
+    """Device memory read before any kernel or copy wrote it (a real GPU reads
+    whatever the memory's last user left there)."""
+
+
 ERROR_INVALID_RESOURCE_HANDLE = 400
 ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
 ERROR_STREAM_CAPTURE_INVALIDATED = 901
@@ -144,6 +149,8 @@ class World:
 
     def host_waits_for(self, clock):
         self.host_clock.merge(clock)
+        for stream in list(self.streams.values()):
+            stream._release_callbacks()
 
 
 class Stream:
@@ -161,6 +168,7 @@ class Stream:
         self.clock = Clock()
         self.ptr = 0 if null else 0x7000_0000 + next(world.stream_ids)
         self._saved = []
+        self._callbacks = []            # (seq, arg) of host functions the host has not seen run
         world.streams[(device, self.ptr)] = self
 
     def _issue(self):
@@ -244,6 +252,14 @@ class Stream:
         self._issue()
         self.world.counts["host callbacks"] += 1
         callback(arg)
+        # NOTE: as CuPy, the stream holds ``arg`` until the callback ran; the
+        # simulator lets it go once the host knows that (a synchronize, an event).
+        self._callbacks.append((self.seq, arg))
+
+    def _release_callbacks(self):
+        host = self.world.host_clock
+        while self._callbacks and host.covers(self.key, self._callbacks[0][0]):
+            del self._callbacks[0]
 
     def begin_capture(self, mode=None):
         del mode
@@ -371,6 +387,14 @@ class Graph:
             raise CUDARuntimeError(ERROR_INVALID_RESOURCE_HANDLE,
                                    "cudaErrorInvalidResourceHandle: a graph of GPU "
                                    f"{self.device_id} launched on GPU {stream.device_id}")
+        if world.current_device != self.device_id:
+            # NOTE: cudaGraphLaunch acts in the current device's context, where
+            # another GPU's graph and stream are foreign handles.
+            raise CUDARuntimeError(ERROR_INVALID_RESOURCE_HANDLE,
+                                   "cudaErrorInvalidResourceHandle: a graph of GPU "
+                                   f"{self.device_id} launched while GPU "
+                                   f"{world.current_device} is current (launch it inside "
+                                   "its device's context)")
         world.refuse_during_capture("cudaGraphLaunch inside a capture", stream=stream)
         from . import arrays
         arrays.check_seal(self, stream)

@@ -1,12 +1,14 @@
 """Device memory on the simulated GPUs: blocks, pools with limits, pointers,
 pinned host buffers.
 
-A :class:`Block` is one allocation: a NumPy byte buffer, its device, a fake
-device address, and its access history (the last write, and the reads
-since, each as (stream key, seq)). Pools hand blocks out per stream as
-CuPy's do; a freed block goes back to its pool and is handed out again to
-the same stream, *with its history*, so reusing memory that another stream
-may still be reading is caught as a race like any other.
+A :class:`Block` is one chunk of an allocation (a NumPy byte buffer with a
+fake device address), on its device, with its access history (the last
+writes, and the reads since, each as stream key -> seq). Pools hand chunks
+out per stream as CuPy's do: sizes rounded up to 512 bytes, the smallest
+free chunk that fits split to serve a request, free neighbours merged; a
+freed chunk keeps its history, so reusing memory that another stream may
+still be reading is caught as a race like any other, and a read of memory
+nothing wrote since its hand-out raises UninitializedReadError.
 """
 
 import bisect
@@ -30,48 +32,114 @@ class OutOfMemoryError(MemoryError):
         super().__init__(message)
 
 
-class Block:
-    """One device allocation and who touched it when."""
+class _Memory:
+    """One cudaMalloc: the bytes and their address; the pool carves it into
+    chunks (Blocks). ``released``: given back to the driver (cudaFree)."""
 
-    def __init__(self, device_id, nbytes, pool, stream_key):
+    def __init__(self, device_id, nbytes):
         self.device_id, self.nbytes = device_id, nbytes
+        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        # NOTE: fresh memory reads as NaN (all bits set): a read of memory that
+        # nothing wrote shows up in the values.
+        self.buffer.fill(0xFF)
+        self.ptr = _ADDRESSES.assign(self, device_id, nbytes)
+        self.head = None                # the chunk at offset 0 (chunks are linked)
+        self.released = False
+        self.handout_log = None         # [(offset, end)] of a graph pool's hand-outs
+
+    def chunk_at(self, ptr):
+        chunk = self.head
+        while chunk is not None and not chunk.ptr <= ptr < chunk.ptr + max(chunk.nbytes, 1):
+            chunk = chunk.next
+        return chunk
+
+
+class Block:
+    """One chunk of device memory as CuPy's pool hands it out (a whole
+    allocation, or part of a larger one it split), and who touched it when.
+    History (the last writes, the reads since) stays with the bytes: a chunk
+    split off, or merged with its free neighbour, inherits it."""
+
+    def __init__(self, memory, offset, nbytes, pool, stream_key):
+        self.memory, self.offset, self.nbytes = memory, offset, nbytes
+        self.device_id = memory.device_id
         # NOTE: weak, as CuPy's pooled memory holds its pool: a pool dropped with
         # blocks cached frees them at once (a cycle would wait for the collector).
         self._pool = weakref.ref(pool)
         self.stream_key = stream_key
-        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
-        self.ptr = _ADDRESSES.assign(self, device_id, nbytes)
-        self.last_write = None          # (stream key, seq) or None: never written
+        self.prev = self.next = None
+        self.in_use = False
+        self.writes = {}                # stream key -> seq: the last writes
         self.reads = {}                 # stream key -> seq, since the last write
+        self.written = False            # written since the pool handed it out
         self.generation = 0             # counts hand-outs and frees (see arrays.replayable)
         self.handouts = 0               # how often a pool handed it out
-        self.poison()
+
+    buffer = property(lambda self: self.memory.buffer[self.offset:self.offset + self.nbytes]
+                      if self.nbytes else self.memory.buffer[:1])
+    ptr = property(lambda self: self.memory.ptr + self.offset)
 
     @property
     def pool(self):
         """The pool that handed the block out (None once that pool is gone)."""
         return self._pool()
 
-    def poison(self):
-        # NOTE: fresh memory reads as NaN (all bits set): a read of memory that
-        # nothing wrote shows up in the values.
-        self.buffer.fill(0xFF)
+    @property
+    def last_write(self):
+        return next(iter(self.writes.items()), None)
 
     def check_read(self, reader_clock, reader, what):
-        if self.last_write is not None and not _visible(self.last_write, reader_clock):
-            raise _race(self, what, reader, self.last_write, "written")
+        for access in self.writes.items():
+            if not _visible(access, reader_clock):
+                raise _race(self, what, reader, access, "written")
+
+    def check_initialized(self, reader, what):
+        """A read of memory no work wrote since its allocation: its contents are
+        whatever the last user left (per chunk: a write to any part counts)."""
+        if not self.written and self.nbytes:
+            raise clocks.UninitializedReadError(
+                f"read of uninitialized GPU {self.device_id} memory at {self.ptr:#x} "
+                f"({self.nbytes} bytes): {what} on {reader} reads memory that no kernel "
+                "or copy wrote since it was allocated (cupy.empty memory holds garbage: "
+                "fill it first, or allocate it with cupy.zeros)")
 
     def check_write(self, writer_clock, writer, what):
         self.check_read(writer_clock, writer, what)
-        for key, seq in self.reads.items():
-            if not _visible((key, seq), writer_clock):
-                raise _race(self, what, writer, (key, seq), "read")
+        for access in self.reads.items():
+            if not _visible(access, writer_clock):
+                raise _race(self, what, writer, access, "read")
 
     def note_read(self, key, seq):
         self.reads[key] = max(seq, self.reads.get(key, -1))
 
     def note_write(self, key, seq):
-        self.last_write, self.reads = (key, seq), {}
+        self.writes, self.reads, self.written = {key: seq}, {}, True
+
+    def split(self, nbytes):
+        """Cut this free chunk at ``nbytes``: returns the free rest (CuPy's split)."""
+        rest = Block(self.memory, self.offset + nbytes, self.nbytes - nbytes, self.pool,
+                     self.stream_key)
+        rest.writes, rest.reads = dict(self.writes), dict(self.reads)
+        rest.prev, rest.next = self, self.next
+        if self.next is not None:
+            self.next.prev = rest
+        self.next, self.nbytes = rest, nbytes
+        return rest
+
+    def merge(self, following):
+        """Absorb ``following``, the free chunk after this one, and its history."""
+        self.nbytes += following.nbytes
+        self.next = following.next
+        if self.next is not None:
+            self.next.prev = self
+        _union(self.writes, following.writes)
+        _union(self.reads, following.reads)
+        following.generation += 1
+
+
+def _union(accesses, more):
+    for key, seq in more.items():
+        accesses[key] = max(seq, accesses.get(key, -1))
 
 
 def _visible(access, reader_clock):
@@ -103,10 +171,12 @@ class _AddressSpace:
         return base
 
     def find(self, ptr):
-        """(block, byte offset) of a device address; raises for a wild pointer."""
+        """(block, byte offset) of a device address; raises for a wild pointer
+        (outside any allocation, or in a chunk the pool holds free)."""
         index = bisect.bisect(self._starts, ptr) - 1
-        block = self._blocks[index]() if index >= 0 else None
-        if block is None or not block.ptr <= ptr < block.ptr + max(block.nbytes, 1):
+        memory = self._blocks[index]() if index >= 0 else None
+        block = None if memory is None or memory.released else memory.chunk_at(ptr)
+        if block is None or not block.in_use:
             raise clocks.CUDARuntimeError(
                 clocks.ERROR_INVALID_VALUE,
                 f"cudaErrorIllegalAddress: {ptr:#x} is not in any live allocation")
@@ -146,6 +216,7 @@ class MemoryPool:
         self.ever_allocated = False
         self.graph_owner = None         # the capture whose graph allocates from it
         state.track_pool(self)
+        weakref.finalize(self, _drop_all, self._per_device)
 
     def _sub(self, device_id=None):
         device_id = self._world.current_device if device_id is None else device_id
@@ -174,15 +245,22 @@ class MemoryPool:
         self._sub().drop_cache()
 
     def malloc(self, size):
-        """A MemoryPointer to ``size`` bytes for the current stream."""
+        """A MemoryPointer to ``size`` bytes (rounded up to 512, as CuPy's
+        _round_size) for the current stream: the smallest free chunk of that
+        stream that fits, split if larger (CuPy's _get_chunk), else new memory."""
         world = state.world()
         stream = world.current_stream()
         _check_capture_allocation(world, stream, self)
         nbytes = (int(size) + _ALIGN - 1) // _ALIGN * _ALIGN
         sub = self._sub(stream.device_id)
+        if nbytes == 0:                     # CuPy: MemoryPointer(Memory(0), 0), no pool
+            return MemoryPointer(_Lease(self._empty(stream), None))
         block = sub.reuse(stream.key, nbytes) or self._new(sub, stream, nbytes)
         block.handouts += 1
-        sub.used += nbytes
+        block.in_use, block.written = True, False
+        sub.used += block.nbytes
+        if block.memory.handout_log is not None:    # a graph pool's (arrays.check_seal)
+            block.memory.handout_log.append((block.offset, block.offset + block.nbytes))
         self.ever_allocated = True
         return MemoryPointer(_Lease(block, self))
 
@@ -194,7 +272,17 @@ class MemoryPool:
                 pool._sub(sub.device_id).drop_cache()
             if _device_used(sub.device_id) + nbytes > self._world.memory_bytes:
                 raise OutOfMemoryError(nbytes, sub.total())
-        return Block(stream.device_id, nbytes, self, stream.key)
+        memory = _Memory(stream.device_id, nbytes)
+        memory.handout_log = [] if self.graph_owner is not None else None
+        memory.head = Block(memory, 0, nbytes, self, stream.key)
+        sub.allocated += nbytes
+        return memory.head
+
+    def _empty(self, stream):
+        memory = _Memory(stream.device_id, 0)
+        memory.head = Block(memory, 0, 0, self, stream.key)
+        memory.head.in_use = True
+        return memory.head
 
     def _give_back(self, block):
         block.generation += 1
@@ -202,33 +290,95 @@ class MemoryPool:
 
 
 class _DevicePool:
-    """One device's part of a MemoryPool."""
+    """One device's part of a MemoryPool: free chunks per stream (an arena),
+    by size."""
 
     def __init__(self, device_id):
         self.device_id, self.limit, self.used = device_id, 0, 0
-        self.blocks = {}                # (stream key, nbytes) -> [cached Block]
-        self.free_bytes = 0
+        self.allocated = 0              # bytes of memory taken from the GPU
+        self.arenas = {}                # stream key -> {nbytes: [free Block]}
 
     def total(self):
-        return self.used + self.free_bytes
+        return self.allocated
+
+    @property
+    def free_bytes(self):
+        return self.allocated - self.used
 
     def reuse(self, stream_key, nbytes):
-        blocks = self.blocks.get((stream_key, nbytes))
-        if not blocks:
+        arena = self.arenas.get(stream_key, {})
+        sizes = [size for size, blocks in arena.items() if size >= nbytes and blocks]
+        if not sizes:
             return None
-        self.free_bytes -= nbytes
-        block = blocks.pop()
+        size = min(sizes)
+        block = arena[size].pop()
+        if not arena[size]:
+            del arena[size]
+        if block.nbytes > nbytes:
+            rest = block.split(nbytes)
+            arena.setdefault(rest.nbytes, []).append(rest)
         block.generation += 1
         return block
 
     def cache(self, block):
+        """A chunk given back: merged with free neighbours (CuPy's free)."""
         self.used -= block.nbytes
-        self.blocks.setdefault((block.stream_key, block.nbytes), []).append(block)
-        self.free_bytes += block.nbytes
+        block.in_use = False
+        arena = self.arenas.setdefault(block.stream_key, {})
+        following = block.next
+        if following is not None and self._take(arena, following):
+            block.merge(following)
+        previous = block.prev
+        if previous is not None and self._take(arena, previous):
+            previous.merge(block)
+            block = previous
+        arena.setdefault(block.nbytes, []).append(block)
+
+    @staticmethod
+    def _take(arena, block):
+        blocks = arena.get(block.nbytes, ())
+        if block.in_use or block not in blocks:
+            return False
+        blocks.remove(block)
+        if not blocks:
+            del arena[block.nbytes]
+        return True
 
     def drop_cache(self):
-        self.blocks.clear()
-        self.free_bytes = 0
+        """Free every cached chunk not split (CuPy's free_all_blocks)."""
+        for arena in self.arenas.values():
+            for blocks in arena.values():
+                kept = [block for block in blocks if block.prev or block.next]
+                for block in blocks:
+                    if not (block.prev or block.next):
+                        _release(block)
+                        self.allocated -= block.nbytes
+                blocks[:] = kept
+
+
+def _release(block):
+    """Memory given back to the GPU: what still points into it is stale."""
+    block.memory.released = True
+    block.generation += 1
+
+
+def _drop_all(per_device):
+    """A pool gone: its cached chunks are freed (an allocation some of whose
+    chunks are still in use lives on until they are freed)."""
+    for sub in per_device.values():
+        for arena in sub.arenas.values():
+            for blocks in arena.values():
+                for block in blocks:
+                    _release_if_unused(block)
+        sub.arenas.clear()
+
+
+def _release_if_unused(block):
+    chunk = block.memory.head
+    while chunk is not None and not chunk.in_use:
+        chunk = chunk.next
+    if chunk is None:
+        _release(block)
 
 
 def _device_used(device_id):
@@ -243,11 +393,23 @@ def device_bytes(device_id):
 
 class _Lease:
     """Returns its block to the pool when the last array using it is gone
-    (arrays hold it through their MemoryPointer)."""
+    (arrays hold it through their MemoryPointer). NOTE: the pool is held
+    weakly, as CuPy's PooledMemory holds it: a pool dropped while its blocks
+    are in use frees each at its release, not into a cache."""
 
     def __init__(self, block, pool):
         self.block = block
-        weakref.finalize(self, pool._give_back, block)
+        if pool is not None:
+            weakref.finalize(self, _give_back, weakref.ref(pool), block)
+
+
+def _give_back(pool_ref, block):
+    pool = pool_ref()
+    if pool is None:
+        block.in_use = False
+        _release_if_unused(block)
+    else:
+        pool._give_back(block)
 
 
 def _check_capture_allocation(world, stream, pool):
@@ -268,18 +430,17 @@ def _check_capture_allocation(world, stream, pool):
 class PinnedArray(np.ndarray):
     """A NumPy array in (simulated) page-locked memory. An asynchronous copy
     from it reads it later on the device, so the host may not write it until
-    that copy is known to be done: such a write raises RaceError."""
+    that copy is known to be done: such a write raises RaceError. The reads
+    stay with the memory, which CuPy's pinned pool hands out again as soon
+    as the array is freed (see PinnedMemoryPool)."""
 
     def __array_finalize__(self, obj):
-        self._pinned_reads = getattr(obj, "_pinned_reads", None)
+        self._pinned = getattr(obj, "_pinned", None)    # (block, lease)
 
     def _reads(self):
-        base = self
-        while isinstance(base.base, PinnedArray):
-            base = base.base
-        if base._pinned_reads is None:
-            base._pinned_reads = {}
-        return base._pinned_reads
+        if self._pinned is None:            # not from a pool: history of its own
+            self._pinned = (_PinnedBlock(0), None)
+        return self._pinned[0].reads
 
     def note_device_read(self, key, seq):
         reads = self._reads()
@@ -289,14 +450,77 @@ class PinnedArray(np.ndarray):
         host = state.world().host_clock
         for key, seq in self._reads().items():
             if not host.covers(key, seq):
-                raise clocks.RaceError(
-                    f"the host wrote a pinned buffer that an asynchronous copy on {key} "
-                    f"(step {seq}) may still be reading: wait for that copy first")
+                raise clocks.RaceError(_pinned_race(self._pinned[0], key, seq))
         super().__setitem__(index, value)
 
 
+def _pinned_race(block, key, seq):
+    reused = (" (its memory was freed and handed out again by the pinned memory pool: "
+              "the buffer of that copy was released before the copy ran; keep it alive "
+              "until then, e.g. through stream.launch_host_func)") if block.handouts > 1 else ""
+    return (f"the host wrote a pinned buffer that an asynchronous copy on {key} (step "
+            f"{seq}) may still be reading{reused}: wait for that copy first")
+
+
+class _PinnedBlock:
+    """One cudaHostAlloc: its bytes and the device reads of them."""
+
+    def __init__(self, nbytes):
+        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        self.reads = {}                 # stream key -> seq of asynchronous copies
+        self.handouts = 0
+
+
+class PinnedMemoryPool:
+    """cupy.cuda.PinnedMemoryPool, which cupyx.empty_pinned allocates from:
+    sizes rounded up to 512 bytes, and a freed buffer kept for, and handed out
+    at once to, the next request of that size, whatever still reads it."""
+
+    def __init__(self):
+        self._free = {}                 # nbytes -> [_PinnedBlock]
+
+    def malloc(self, nbytes):
+        nbytes = (int(nbytes) + _ALIGN - 1) // _ALIGN * _ALIGN
+        free = self._free.get(nbytes)
+        block = free.pop() if free else _PinnedBlock(nbytes)
+        block.handouts += 1
+        return block, _PinnedLease(self, nbytes, block)
+
+    def free(self, nbytes, block):
+        self._free.setdefault(nbytes, []).append(block)
+
+    def n_free_blocks(self):
+        return sum(len(blocks) for blocks in self._free.values())
+
+    def free_all_blocks(self):
+        self._free.clear()
+
+
+class _PinnedLease:
+    """Gives its block back to the pool once no array uses it."""
+
+    def __init__(self, pool, nbytes, block):
+        weakref.finalize(self, pool.free, nbytes, block)
+
+
+def pinned_pool():
+    """The process's pinned memory pool (cupy.get_default_pinned_memory_pool())."""
+    world = state.world()
+    if getattr(world, "pinned_pool", None) is None:
+        world.pinned_pool = PinnedMemoryPool()
+    return world.pinned_pool
+
+
 def empty_pinned(shape, dtype=float, order="C"):
-    return np.empty(shape, dtype=dtype, order=order).view(PinnedArray)
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(shape, dtype=dtype, order=order).view(PinnedArray)
+    block, lease = pinned_pool().malloc(nbytes)
+    out = block.buffer[:nbytes].view(dtype).reshape(shape, order=order).view(PinnedArray)
+    out._pinned = (block, lease)
+    return out
 
 
 def zeros_pinned(shape, dtype=float, order="C"):

@@ -238,7 +238,8 @@ def build():
                              **{name: getattr(runtime, name) for name in dir(runtime)
                                 if not name.startswith("_") and name != "CUDARuntimeError"})
     memory_module = _module("cupy.cuda.memory", OutOfMemoryError=memory.OutOfMemoryError,
-                            MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer)
+                            MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer,
+                            PinnedMemoryPool=memory.PinnedMemoryPool)
     graph_module = _module("cupy.cuda.graph", Graph=clock.Graph)
     nccl_module = _module("cupy.cuda.nccl", **{name: getattr(nccl, name) for name in dir(nccl)
                                               if name == "available" or name.startswith(
@@ -246,7 +247,8 @@ def build():
     cuda = _module("cupy.cuda", Device=devices.Device, Stream=clock.Stream, Event=clock.Event,
                    get_elapsed_time=clock.get_elapsed_time,
                    MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer,
-                   using_allocator=using_allocator, get_current_stream=get_current_stream,
+                   PinnedMemoryPool=memory.PinnedMemoryPool, using_allocator=using_allocator,
+                   get_current_stream=get_current_stream,
                    runtime=runtime_module, memory=memory_module, graph=graph_module,
                    is_available=lambda: True)
     accelerator = _module("cupy._core._accelerator", ACCELERATOR_CUB=1, ACCELERATOR_CUTENSOR=2,
@@ -260,7 +262,8 @@ def build():
     cupy = _module("cupy", __version__="14.2.0+simulated", ndarray=arrays.ndarray,
                    cuda=cuda, random=random, _core=core,
                    ElementwiseKernel=kernels.ElementwiseKernel, RawKernel=kernels.RawKernel,
-                   get_default_memory_pool=state.default_pool, **_array_functions())
+                   get_default_memory_pool=state.default_pool,
+                   get_default_pinned_memory_pool=memory.pinned_pool, **_array_functions())
     global _CUPY
     _CUPY = cupy
     return {"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.runtime": runtime_module,

@@ -180,16 +180,47 @@ def _all_reduce(calls):
                            "did (one thread must issue every rank's call inside "
                            "groupStart/groupEnd)")
     _check_same_call(calls)
+    graphs = [state.world().capture_of(_stream_of(call)) for call in calls]
+    if any(graph is not None for graph in graphs):
+        _capture(calls, graphs)
+        return
     contributions = [_read_send(call) for call in calls]
-    total = contributions[0].copy()
-    for part in contributions[1:]:
-        _REDUCE[calls[0][5]](total, part, out=total)
-    if first._across_processes:
-        total = _mpi_all_reduce(total, calls[0][5])
-    if calls[0][5] == NCCL_AVG:
-        total = (total / first._size).astype(total.dtype)
+    total = _reduce(contributions, calls[0][5], first)
     for call in calls:
         _write_recv(call, total)
+
+
+def _reduce(contributions, op, first):
+    """The collective's result from each local rank's send buffer (over MPI
+    too, for a clique across processes)."""
+    total = contributions[0].copy()
+    for part in contributions[1:]:
+        _REDUCE[op](total, part, out=total)
+    if first._across_processes:
+        total = _mpi_all_reduce(total, op)
+    if op == NCCL_AVG:
+        total = (total / first._size).astype(total.dtype)
+    return total
+
+
+def _capture(calls, graphs):
+    """A collective issued on a capturing stream becomes a node of its graph,
+    as NCCL 2.9+ allows, when the process holds one rank of the clique (one
+    GPU per process, or a clique of one): each replay runs the collective, and
+    every rank must replay it as often. Several local ranks would need their
+    graphs replayed together, which the simulator does not model."""
+    if len(calls) > 1:
+        raise NotImplementedError(
+            "the simulated NCCL captures a collective only where the process holds one "
+            f"rank of its clique ({len(calls)} local ranks here, "
+            f"{sum(graph is not None for graph in graphs)} of them capturing)")
+    call, graph = calls[0], graphs[0]
+    (send, send_view), (recv, recv_view) = _buffer(call[1], call), _buffer(call[2], call)
+
+    def run():
+        recv_view[...] = _reduce([send_view.copy()], call[5], call[0])
+    graph._add(arrays.replayable(arrays.Work("ncclAllReduce", run, reads=(send,),
+                                             writes=(recv,)), graph))
 
 
 def _check_same_call(calls):
@@ -245,12 +276,7 @@ def _write_recv(call, total):
 
 
 def _on_stream(call, work):
-    stream = _stream_of(call)
-    graph = state.world().capture_of(stream)
-    if graph is not None:
-        raise NotImplementedError("the simulated NCCL does not record collectives into a "
-                                  "CUDA graph")
-    work.execute(stream)
+    work.execute(_stream_of(call))
 
 
 def _join_over_mpi(communicator, unique_id):
