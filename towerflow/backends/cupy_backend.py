@@ -341,10 +341,11 @@ def _capture(primary, runtimes, run):
     buffers, which nothing else may then reuse."""
     others = [runtime for runtime in runtimes if runtime is not primary]
     stream = primary.stream
-    headroom = sum(max(0, runtime.memory_limit - runtime.pool.total_bytes())
-                   for runtime in runtimes)
     saved = [(runtime.stream, runtime.malloc) for runtime in runtimes]
     with primary.device:
+        # NOTE: inside the device: a pool's byte counts are the current GPU's.
+        headroom = sum(max(0, runtime.memory_limit - runtime.pool.total_bytes())
+                       for runtime in runtimes)
         graph_pool = cupy.cuda.MemoryPool()
         graph_pool.set_limit(size=max(headroom, 1))     # 0 would mean no limit
         _wait_for_streams(stream, others)   # their queued work (fed values) comes first
