@@ -234,8 +234,10 @@ def _under_asan(*pytest_args, code=None):
 
 def test_the_backend_kernels_run_clean_under_address_sanitizer():
     """The CUDA C cases of test_gpu_conv.py (every kernel, ragged shapes,
-    both dtypes, both thread orders) with ASan and UBSan watching."""
-    result = _under_asan("tests/test_gpu_conv.py", "-k", "cuda_c")
+    both dtypes, both thread orders), and the fused optimizer updates on the
+    simulated GPU, with ASan and UBSan watching."""
+    result = _under_asan("tests/test_gpu_conv.py", "tests/test_gpu_backend.py", "-k",
+                         "cuda_c or fused_updates")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and "AddressSanitizer" not in result.stderr
 
