@@ -12,6 +12,7 @@ nothing wrote since its hand-out raises UninitializedReadError.
 """
 
 import bisect
+import gc
 import weakref
 
 import numpy as np
@@ -45,6 +46,7 @@ class _Memory:
         self.ptr = _ADDRESSES.assign(self, device_id, nbytes)
         self.head = None                # the chunk at offset 0 (chunks are linked)
         self.released = False
+        self.backing = None             # a MemoryPointer of the pool's allocator, if any
         self.handout_log = None         # [(offset, end)] of a graph pool's hand-outs
 
     def chunk_at(self, ptr):
@@ -210,7 +212,7 @@ class MemoryPool:
     blocks are cached per stream; a limit counts cached blocks too."""
 
     def __init__(self, allocator=None):
-        del allocator
+        self._allocator = allocator     # None: cudaMalloc; else size -> MemoryPointer
         self._world = state.world()
         self._per_device = {}
         self.ever_allocated = False
@@ -265,14 +267,19 @@ class MemoryPool:
         return MemoryPointer(_Lease(block, self))
 
     def _new(self, sub, stream, nbytes):
-        if sub.limit and sub.total() + nbytes > sub.limit:
-            raise OutOfMemoryError(nbytes, sub.total(), sub.limit)
-        if _device_used(sub.device_id) + nbytes > self._world.memory_bytes:
-            for pool in state.pools_of(sub.device_id):     # as CuPy: free the caches, retry
-                pool._sub(sub.device_id).drop_cache()
-            if _device_used(sub.device_id) + nbytes > self._world.memory_bytes:
-                raise OutOfMemoryError(nbytes, sub.total())
+        """New memory, as CuPy 14.2's _try_malloc: past the limit, or with the
+        GPU full, this pool frees its own cached chunks (not split; after a
+        gc.collect the second time) and tries again; other pools keep theirs."""
+        _retry_freeing_cache(sub, lambda: sub.limit and sub.total() + nbytes > sub.limit,
+                             lambda: OutOfMemoryError(nbytes, sub.total(), sub.limit))
+        backing = None
+        if self._allocator is None:
+            _retry_freeing_cache(sub, lambda: _device_full(sub.device_id, nbytes),
+                                 lambda: OutOfMemoryError(nbytes, sub.total(), sub.limit))
+        else:   # NOTE: what the allocator raises passes through (only a CUDA error retries)
+            backing = self._allocator(nbytes)
         memory = _Memory(stream.device_id, nbytes)
+        memory.backing = backing        # the allocator's memory: held while this is
         memory.handout_log = [] if self.graph_owner is not None else None
         memory.head = Block(memory, 0, nbytes, self, stream.key)
         sub.allocated += nbytes
@@ -359,6 +366,7 @@ class _DevicePool:
 def _release(block):
     """Memory given back to the GPU: what still points into it is stale."""
     block.memory.released = True
+    block.memory.backing = None         # back to the allocator's pool
     block.generation += 1
 
 
@@ -382,7 +390,26 @@ def _release_if_unused(block):
 
 
 def _device_used(device_id):
-    return sum(pool._sub(device_id).total() for pool in state.pools_of(device_id))
+    """Bytes taken from the GPU: a pool given an allocator takes none itself."""
+    return sum(pool._sub(device_id).total() for pool in state.pools_of(device_id)
+               if pool._allocator is None)
+
+
+def _device_full(device_id, nbytes):
+    return _device_used(device_id) + nbytes > state.world().memory_bytes
+
+
+def _retry_freeing_cache(sub, short, error):
+    """While ``short()``: free ``sub``'s cache, then collect garbage and free it
+    again (CuPy 14.2's order); still short: raise ``error()``."""
+    for collect in (False, True):
+        if not short():
+            return
+        if collect:
+            gc.collect()
+        sub.drop_cache()
+    if short():
+        raise error()
 
 
 def device_bytes(device_id):
@@ -477,30 +504,32 @@ class PinnedMemoryPool:
     at once to, the next request of that size, whatever still reads it."""
 
     def __init__(self):
-        self._free = {}                 # nbytes -> [_PinnedBlock]
+        self._free_blocks = {}          # nbytes -> [_PinnedBlock]
 
-    def malloc(self, nbytes):
-        nbytes = (int(nbytes) + _ALIGN - 1) // _ALIGN * _ALIGN
-        free = self._free.get(nbytes)
+    def malloc(self, size):
+        nbytes = (int(size) + _ALIGN - 1) // _ALIGN * _ALIGN
+        free = self._free_blocks.get(nbytes)
         block = free.pop() if free else _PinnedBlock(nbytes)
         block.handouts += 1
         return block, _PinnedLease(self, nbytes, block)
 
-    def free(self, nbytes, block):
-        self._free.setdefault(nbytes, []).append(block)
+    def _give_back(self, nbytes, block):
+        # NOTE: private: the simulator offers only names the installed CuPy has
+        # (tests/test_cupy_conformance.py)
+        self._free_blocks.setdefault(nbytes, []).append(block)
 
     def n_free_blocks(self):
-        return sum(len(blocks) for blocks in self._free.values())
+        return sum(len(blocks) for blocks in self._free_blocks.values())
 
     def free_all_blocks(self):
-        self._free.clear()
+        self._free_blocks.clear()
 
 
 class _PinnedLease:
     """Gives its block back to the pool once no array uses it."""
 
     def __init__(self, pool, nbytes, block):
-        weakref.finalize(self, pool.free, nbytes, block)
+        weakref.finalize(self, pool._give_back, nbytes, block)
 
 
 def pinned_pool():

@@ -238,8 +238,7 @@ def build():
                              **{name: getattr(runtime, name) for name in dir(runtime)
                                 if not name.startswith("_") and name != "CUDARuntimeError"})
     memory_module = _module("cupy.cuda.memory", OutOfMemoryError=memory.OutOfMemoryError,
-                            MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer,
-                            PinnedMemoryPool=memory.PinnedMemoryPool)
+                            MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer)
     graph_module = _module("cupy.cuda.graph", Graph=clock.Graph)
     nccl_module = _module("cupy.cuda.nccl", **{name: getattr(nccl, name) for name in dir(nccl)
                                               if name == "available" or name.startswith(
