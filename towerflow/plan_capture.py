@@ -16,7 +16,8 @@ each ``Session.run`` is
 A graph replays fixed buffers, so a plan is captured once per signature of
 fed shapes and dtypes (at most :data:`MAX_GRAPHS_PER_PLAN`), and captured
 again if a variable the plan uses was given a new buffer (an ``Assign`` of
-a new shape). Where capture is impossible the plan runs op by op, and the
+a new shape). A capture that runs out of memory leaves only its signature
+op by op. Where capture is impossible the plan runs op by op, and the
 reason is logged once::
 
     CUDA graphs: not capturing the plan of 3 fetches: op 'lr' (LearningRateSchedule)
@@ -87,6 +88,7 @@ class CapturingPlan:
         self._runtimes = _plan_runtimes(plan)
         self._graphs = {}
         self._eager_runs = {}       # signature -> runs op by op so far
+        self._out_of_memory = set()     # signatures whose capture ran out of memory
         self.reason = static_reason(plan, self._runtimes)
         if self.reason is not None:
             self._log(self.reason)
@@ -106,6 +108,8 @@ class CapturingPlan:
             return plan.run(feed_values)
         host_values = plan.check_feeds(feed_values)
         key = tuple((value.shape, value.dtype.str) for value in host_values)
+        if key in self._out_of_memory:
+            return self._eager(host_values, key)
         if self._eager_runs.get(key, 0) < WARMUP_RUNS:     # every signature warms up
             self._eager_runs[key] = self._eager_runs.get(key, 0) + 1
             return plan.fetch(self._run_steps(host_values))
@@ -118,9 +122,9 @@ class CapturingPlan:
                 return self._give_up(f"more than {MAX_GRAPHS_PER_PLAN} signatures of fed "
                                      f"shapes (the latest: {[list(s) for s, _ in key]})",
                                      host_values)
-            graph = self._capture(host_values)
+            graph = self._capture(host_values, key)
             if graph is None:
-                return self._eager(host_values)
+                return self._eager(host_values, key)
             self._graphs[key] = graph
         else:
             graph.stage(host_values)
@@ -129,9 +133,9 @@ class CapturingPlan:
 
     # -- capturing -------------------------------------------------------------------
 
-    def _capture(self, host_values):
-        """A _CapturedStep for these fed values, or None (with the reason set and
-        logged) if this plan cannot be captured."""
+    def _capture(self, host_values, key):
+        """A _CapturedStep for these fed values (signature ``key``), or None
+        (the reason logged) if this plan, or this signature, cannot be captured."""
         plan = self._plan
         slots = plan.place_feeds(host_values)     # the graph's own input buffers
         cells = [cell for cell in self._state_cells() if cell.value is not None]
@@ -141,7 +145,7 @@ class CapturingPlan:
                                                        lambda: plan.run_steps(slots))
         except Exception as err:  # noqa: BLE001  (any failure: run op by op, say why)
             _restore(cells, before)   # nothing ran: undo any cell a kernel rebound
-            self._set_reason(f"capture failed: {_one_line(err)}")
+            self._failed(err, key)
             return None
         rebound = [cell for cell, value in zip(cells, before) if cell.value is not value]
         if rebound:
@@ -151,7 +155,18 @@ class CapturingPlan:
             return None
         return _CapturedStep(replayer, slots, plan.feed_slots, cells)
 
-    def _eager(self, host_values):
+    def _failed(self, err, key):
+        """A capture out of memory leaves this signature op by op (the graphs of
+        the others replay on); any other failure, the whole plan."""
+        reason = f"capture failed: {_one_line(err)}"
+        if isinstance(err, errors.ResourceExhaustedError):
+            self._out_of_memory.add(key)
+            self._log(f"{reason} (fed shapes {[list(shape) for shape, _ in key]} run "
+                      "op by op)")
+        else:
+            self._set_reason(reason)
+
+    def _eager(self, host_values, key=None):
         """Run op by op after a failed capture (which ran nothing). If this run
         fails too, the error was the step's own: capture may be tried again."""
         try:
@@ -159,6 +174,7 @@ class CapturingPlan:
         except Exception:
             self.reason = None
             self._eager_runs.clear()
+            self._out_of_memory.discard(key)
             raise
         return self._plan.fetch(slots)
 

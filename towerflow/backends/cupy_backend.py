@@ -28,6 +28,7 @@ checklist for a GPU run.
 
 import contextlib
 import time
+import weakref
 
 import cupy
 import cupyx
@@ -166,6 +167,7 @@ class CupyDevice:
             self.pool.set_limit(size=self.memory_limit)
         self.malloc = self.pool.malloc     # a graph's own pool while it is captured
         self._staged = []                   # pinned buffers of stage_to_device copies
+        self.graphs = weakref.WeakSet()     # live graphs captured over this GPU
         self.kernels = _OnDevice(build_gpu_kernels(), self)
 
     @contextlib.contextmanager
@@ -179,10 +181,11 @@ class CupyDevice:
             raise self._exhausted(err) from err
 
     def _exhausted(self, err):
+        with self.device:           # NOTE: a pool counts the current GPU's bytes
+            used = self.pool.used_bytes()
         return errors.ResourceExhaustedError(
             None, None, f"out of memory on {self.name} (memory limit "
-            f"{self.memory_limit / _MB:.0f} MiB, {self.pool.used_bytes() / _MB:.0f} MiB "
-            f"in use): {err}")
+            f"{self.memory_limit / _MB:.0f} MiB, {used / _MB:.0f} MiB in use): {err}")
 
     def to_device(self, host_value):
         """A host value on this GPU, copied through pinned memory on the stream."""
@@ -258,8 +261,8 @@ class CupyDevice:
         return copied
 
     def release_memory(self):
-        """Free the blocks this runtime's pool caches (a closed Session's):
-        the memory of arrays still alive stays theirs."""
+        """Free the blocks this runtime's pool caches (a closed Session's, or
+        before a capture): the memory of arrays still alive stays theirs."""
         self.end_staging()          # copies still queued keep their pinned buffers
         # NOTE: a pool frees on the current device only (CuPy's MemoryPool).
         with self.device:
@@ -342,12 +345,13 @@ def _capture(primary, runtimes, run):
     others = [runtime for runtime in runtimes if runtime is not primary]
     stream = primary.stream
     saved = [(runtime.stream, runtime.malloc) for runtime in runtimes]
+    for runtime in runtimes:
+        # NOTE: the blocks the runtimes' pools cache (the first run's
+        # temporaries) count against their limits, yet the graph's own pool
+        # cannot use them: free them, or the graph gets only what is left.
+        runtime.release_memory()
     with primary.device:
-        # NOTE: inside the device: a pool's byte counts are the current GPU's.
-        headroom = sum(max(0, runtime.memory_limit - runtime.pool.total_bytes())
-                       for runtime in runtimes)
-        graph_pool = cupy.cuda.MemoryPool()
-        graph_pool.set_limit(size=max(headroom, 1))     # 0 would mean no limit
+        graph_pool, backing = _graph_pools(_headroom(runtimes))
         _wait_for_streams(stream, others)   # their queued work (fed values) comes first
         for runtime in runtimes:
             runtime.stream, runtime.malloc = stream, graph_pool.malloc
@@ -356,13 +360,37 @@ def _capture(primary, runtimes, run):
             try:
                 run()
             except BaseException:
-                _abandon_capture(stream)
+                _abandon_capture(stream, (graph_pool, backing))
                 raise
             graph = stream.end_capture()
         finally:
             for runtime, (own_stream, malloc) in zip(runtimes, saved):
                 runtime.stream, runtime.malloc = own_stream, malloc
-    return _GraphReplayer(graph, graph_pool, primary, others)
+    replayer = _GraphReplayer(graph, (graph_pool, backing), primary, others)
+    for runtime in runtimes:
+        runtime.graphs.add(replayer)
+    return replayer
+
+
+def _headroom(runtimes):
+    """What the logical GPUs ``runtimes`` have left for a new graph: their
+    limits less their pools' bytes and the live graphs' captured over them.
+    NOTE: run inside their GPU: a pool's byte counts are the current GPU's."""
+    graphs = {id(graph): graph for runtime in runtimes for graph in runtime.graphs}
+    left = sum(runtime.memory_limit - runtime.pool.total_bytes() for runtime in runtimes)
+    return max(0, left - sum(graph.total_bytes() for graph in graphs.values()))
+
+
+def _graph_pools(headroom):
+    """A captured graph's own pool, taking at most ``headroom`` bytes of the
+    current GPU. NOTE: the limit is on a second pool it takes its memory from,
+    not on itself: a CuPy pool past its limit (or with the GPU full) frees its
+    cached blocks and tries again, and the graph's cached blocks are memory
+    the graph already uses (temporaries freed while it was captured). The
+    second pool has none cached, so a capture out of memory fails instead."""
+    backing = cupy.cuda.MemoryPool()
+    backing.set_limit(size=max(headroom, 1))        # 0 would mean no limit
+    return cupy.cuda.MemoryPool(backing.malloc), backing
 
 
 def _wait_for_streams(stream, runtimes):
@@ -373,19 +401,23 @@ def _wait_for_streams(stream, runtimes):
             stream.wait_event(_mark(runtime.stream))
 
 
-def _abandon_capture(stream):
-    try:
+def _abandon_capture(stream, graph_pools):
+    """End a failed capture; the graph is dropped unlaunched, so the blocks
+    its pools cache go back to the GPU now, for the step to run op by op
+    (blocks of arrays still alive stay theirs). NOTE: the graph's pool
+    first, which gives its blocks back to the pool it took them from."""
+    with contextlib.suppress(Exception):     # a capture a failed step invalidated
         stream.end_capture()
-    except Exception:
-        pass
+    for pool in graph_pools:
+        pool.free_all_blocks()
 
 
 class _GraphReplayer:
     """Replays one captured graph on its primary runtime's stream."""
 
-    def __init__(self, graph, graph_pool, primary, others):
+    def __init__(self, graph, graph_pools, primary, others):
         self._graph = graph
-        self._graph_pool = graph_pool       # the graph's buffers live here
+        self._graph_pools = graph_pools     # the graph's buffers live here
         self._primary, self._others = primary, others
         self._staging = {}                  # input buffer id -> (pinned, copied event)
 
@@ -402,6 +434,10 @@ class _GraphReplayer:
         with self._primary.device:
             buffer.set(pinned, stream=stream)
             self._staging[id(buffer)] = (pinned, _mark(stream))
+
+    def total_bytes(self):
+        """The GPU memory this graph holds (call inside its GPU)."""
+        return self._graph_pools[1].total_bytes()
 
     def replay(self):
         stream = self._primary.stream

@@ -214,7 +214,7 @@ def _array_kernels(xp):
 
     def shape(ctx):
         dtype = ctx.output_dtypes[0]
-        return lambda x: xp.asarray(xp.shape(x), dtype=dtype)
+        return lambda x: _filled_shape(xp, xp.shape(x), dtype)
 
     def method(name, key):
         """Call the array's own method (NumPy and CuPy arrays share these)."""
@@ -265,6 +265,17 @@ def _reshape_to_read_shape(x, shape):
             None, None, f"Input to reshape is a tensor with {x.size} values, but the "
             f"requested shape {wanted}")
     return x.reshape(dims)
+
+
+def _filled_shape(xp, shape, dtype):
+    """``shape`` as a 1-D array, each entry filled on the device. NOTE: not
+    xp.asarray(shape): on a GPU that is a host-to-device copy, which CuPy 14
+    refuses while a stream captures a CUDA graph. A fill is a kernel whose
+    value the graph holds: a graph is captured per fed shape, so it is right."""
+    out = xp.empty(len(shape), dtype=dtype)
+    for axis, size in enumerate(shape):
+        out[axis] = size
+    return out
 
 
 def _bound_method(name, argument):
