@@ -1,68 +1,110 @@
 #!/usr/bin/env bash
-# Everything issue 6 must show on a GPU, in one run (for the lent GPU machine,
-# whose python3 already has CuPy, NCCL, PyTorch and pytest):
+# The device check: what a lent GPU machine (one command of at most 10
+# minutes, 15 minutes of device time in all, no package index, at most 8
+# files of 16 MiB back) must show, in one run of at most 8 minutes:
 #
-#   bash benchmarks/gpu_check.sh [tests|peers|cifar10|all] [OUT_DIR]
+#   bash benchmarks/gpu_check.sh [--tiny] [OUT_DIR]
 #
-# OUT_DIR defaults to $OUT or ./gpu_check. The groups (each fits in one
-# 10-minute device call):
-#   tests:   the op suites on /gpu:0 (marker gpu), the GPU backend's tests
-#            (seed programs P1-P4, P6, P7, capture, towers on four logical
-#            GPUs, fused kernels, NCCL), then the whole suite;
-#   peers:   benchmarks/gpu_peers.py, float32 then mixed_float16;
-#   cifar10: the cifar10 recipe on one GPU with the shared data: $TOWERFLOW_DATA,
-#            else ./.gpu_data, else ../shared/data. NOTE: ../shared does not
-#            travel to the device machine: copy it into the ignored .gpu_data
-#            first (cp -r ../shared/data .gpu_data) and name .gpu_data in the
-#            device call's carry.
-# Each step's output goes to OUT_DIR/<step>.log; a failed step does not stop
-# the later ones, and the exit status is the number of failed steps.
+# OUT_DIR (default $OUT, else benchmarks/results/gpu_check) receives six
+# files: summary.json (versions, each step's status, seconds and pytest
+# counts, the measurements), check.log (every step's output, capped), and
+# the JSON of the two gpu_peers runs and of the two cifar10 runs. Logs and
+# data go to a temporary folder, removed at the end. Steps, each under a
+# timeout clipped to the budget (GPU_CHECK_BUDGET_S, default 450 s; a step
+# that no longer fits is skipped):
+#   install (in the background): pip install --no-build-isolation --no-deps -e .,
+#            else the tree on PYTHONPATH (summary.json says which);
+#   versions, cifar10_data (make_cifar10.py from the shared data: $TOWERFLOW_DATA,
+#            else ./.gpu_data, else ../shared/data; else a synthetic set);
+#   gpu_peers (the recipe's network against PyTorch eager, host µs a step
+#            with and without CUDA graphs, P6), cifar10_one_gpu,
+#            cifar10_two_logical_gpus (GPU 0 split in two), gpu_peers_implicit_gemm
+#            (the network's throughput with TOWERFLOW_GPU_CONV=implicit);
+#   gpu_backend_tests (tests/test_gpu_*.py and the capture, seed-program and
+#            CuPy-conformance files) and gpu_op_tests (pytest -m gpu, the rest,
+#            in 4 shards: benchmarks/gpu_check_shard.py), all 5 at once after the
+#            benchmarks, interrupted with SIGINT at their limit (pytest still counts).
+# --tiny shrinks every step (CI runs it on the simulated GPU: tests/test_device_check.py).
+# PYTHON names the interpreter (default python3). The exit status is the
+# number of failed steps (100 if no summary could be written).
 set -uo pipefail
+size=full
+[ "${1:-}" = --tiny ] && { size=tiny; shift; }
+out=${1:-${OUT:-$(dirname "$0")/results/gpu_check}}
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 100
 cd "$(dirname "$0")/.."
-group="${1:-all}"
-out="${2:-${OUT:-gpu_check}}"
-mkdir -p "$out"
-failed=0
+py=${PYTHON:-python3}
+budget=${GPU_CHECK_BUDGET_S:-$([ "$size" = tiny ] && echo 110 || echo 450)}
+reserve=25          # a step's kill grace (10 s) and the summary (15 s)
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX") || exit 100
+trap 'rm -rf "$work"' EXIT
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export GPU_CHECK_RUNNING=1    # tests/test_device_check.py skips itself inside a check
+echo "$EPOCHREALTIME" >"$work/started"
+: >"$work/steps.tsv"
 
-step() {
-    local name=$1; shift
-    echo "== $name: $*"
-    local start=$SECONDS
-    "$@" >"$out/$name.log" 2>&1
-    local status=$?
-    echo "   exit $status after $((SECONDS - start)) s (log: $out/$name.log)"
-    tail -n 4 "$out/$name.log" | sed 's/^/   | /'
-    [ "$status" -eq 0 ] || failed=$((failed + 1))
+step() {    # step NAME SECONDS COMMAND...: COMMAND's output to NAME.log, its record to steps.tsv
+    local name=$1 limit=$2 start status
+    shift 2
+    ((limit > budget - reserve - SECONDS)) && limit=$((budget - reserve - SECONDS))
+    if ((limit < 5)); then
+        printf '%s\tskipped\t\t\t%s\n' "$name" "$limit" >>"$work/steps.tsv"
+        echo "== $name: skipped (no time left)"; return
+    fi
+    start=$EPOCHREALTIME
+    # SIGINT first: pytest then prints its counts, a benchmark its traceback.
+    timeout -s INT -k 10 "$limit" "$@" >"$work/$name.log" 2>&1 </dev/null
+    status=$?
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$start" "$EPOCHREALTIME" "$limit" \
+        >>"$work/steps.tsv"
+    echo "== $name: exit $status (${SECONDS} s into the check)"
 }
 
-python3 -m pip install --quiet --no-deps -e . >"$out/install.log" 2>&1 || \
-    echo "pip install -e . failed (see $out/install.log); using the tree as it is"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/gpu.txt" 2>&1
-python3 -m towerflow devices --json >"$out/devices.json" 2>&1
-
-if [ "$group" = tests ] || [ "$group" = all ]; then
-    step op_suites_gpu python3 -m pytest -q -m gpu -rs tests
-    step gpu_backend python3 -m pytest -q -rs tests/test_gpu_backend.py \
-        tests/test_seed_training.py tests/test_plan_capture.py tests/test_gpu_faults.py \
-        tests/test_cupy_conformance.py
-    step full_suite python3 -m pytest -q -rs tests
-fi
-if [ "$group" = peers ] || [ "$group" = all ]; then
-    step gpu_peers_float32 python3 benchmarks/gpu_peers.py --json "$out/gpu_peers_float32.json"
-    step gpu_peers_mixed python3 benchmarks/gpu_peers.py --precision mixed_float16 --skip-p6 \
-        --json "$out/gpu_peers_mixed_float16.json"
-fi
 data=${TOWERFLOW_DATA:-}
 [ -n "$data" ] || { [ -d .gpu_data ] && data=.gpu_data; } || data=../shared/data
-if [ "$group" != cifar10 ] && [ "$group" != all ]; then
-    :
-elif [ -f "$data/make_cifar10.py" ]; then
-    step cifar10_data python3 "$data/make_cifar10.py" "$out/cifar10" --format both
-    step cifar10_train python3 -m towerflow train cifar10 --data-dir "$out/cifar10" \
-        --towers 1 --epochs 10 --batch-size 512 --json-out "$out/cifar10.json"
+data=$(cd "$data" 2>/dev/null && pwd || echo "$data")
+mnist=$([ -d "$data/mnist-small" ] && echo "$data/mnist-small")     # for P6, in gpu_peers
+backend_tests=(tests/test_gpu_*.py tests/test_seed_training.py tests/test_plan_capture.py
+               tests/test_cupy_conformance.py)
+pytest=(env -u TOWERFLOW_SIMULATED_GPUS PYTHONPATH="$PWD/benchmarks:$PYTHONPATH"
+        "$py" -m pytest -q -p no:cacheprovider --tb=short -rfE)
+shards=4            # processes for the op tests, at once on the GPU: compiling bounds them
+if [ "$size" = tiny ]; then
+    shards=2
+    peers=(--batch 1 --host-batch 1 --rounds 1 --steps 1 --skip-p6)
+    train=(--test-images 64 cifar10 --steps 2 --batch-size 16)
+    backend_tests=(tests/test_gpu_backend.py -k "p1_ops or single_rank_nccl")
+    op_tests=(-m gpu tests/test_ops.py -k "matmul and gpu0")
 else
-    echo "== cifar10 skipped: $data/make_cifar10.py not found"
+    peers=(--rounds 3)
+    [ -n "$mnist" ] || peers+=(--skip-p6)
+    train=(cifar10 --steps 100 --batch-size 512)
+    op_tests=(-m gpu tests "${backend_tests[@]/#/--ignore=}")
 fi
-echo "failed steps: $failed"
-exit "$failed"
+train+=(--data-dir "$work/cifar10" --quiet)
+
+step install 240 "$py" benchmarks/gpu_check_steps.py install "$size" "$work/install.json" &
+install_pid=$!
+step versions 60 "$py" benchmarks/gpu_check_summary.py versions "$work/versions.json"
+step cifar10_data 60 "$py" benchmarks/gpu_check_steps.py cifar10-data "$work/cifar10" \
+    "$work/data.json" "$size" "$data"
+step gpu_peers 150 env TOWERFLOW_MNIST_DIR="$mnist" "$py" benchmarks/gpu_peers.py "${peers[@]}" \
+    --json "$work/gpu_peers.json"
+step cifar10_one_gpu 90 "$py" benchmarks/gpu_check_steps.py train "${train[@]}" --towers 1 \
+    --json-out "$work/cifar10_one_gpu.json"
+step cifar10_two_logical_gpus 90 "$py" benchmarks/gpu_check_steps.py train --logical-gpus 2 \
+    "${train[@]}" --towers 2 --json-out "$work/cifar10_two_logical_gpus.json"
+step gpu_peers_implicit_gemm 100 env TOWERFLOW_GPU_CONV=implicit "$py" benchmarks/gpu_peers.py \
+    "${peers[@]}" --tables throughput --json "$work/gpu_peers_implicit_gemm.json"
+wait "$install_pid"           # the tests compare against the compiled CPU kernels
+step gpu_backend_tests 300 "${pytest[@]}" "${backend_tests[@]}" &
+for shard in $(seq "$shards"); do
+    step "gpu_op_tests_$shard" 300 env GPU_CHECK_SHARD="$shard/$shards" "${pytest[@]}" \
+        -p gpu_check_shard "${op_tests[@]}" &
+done
+wait
+rm -f "$out/summary.json"
+timeout -k 5 15 "$py" benchmarks/gpu_check_summary.py summary "$work" "$out" "$size" "$budget"
+status=$?
+[ -s "$out/summary.json" ] || { echo "no summary.json (exit $status)"; exit 100; }
+exit "$status"

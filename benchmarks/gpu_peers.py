@@ -11,13 +11,18 @@ graphs, towerflow op by op, PyTorch, then again), so they see the same GPU.
 Three tables:
 
 1. samples/s at ``--batch`` (median over rounds), and towerflow / PyTorch;
-2. host time per step (µs) at batch 32, where the host bounds the step,
-   with and without CUDA graphs (and PyTorch's, for reference);
+2. time per step (µs) at batch 32 (``--host-batch``), where the host bounds
+   the step, with and without CUDA graphs (and PyTorch's, for reference);
 3. SEED_PROGRAMS.md P6 (MNIST softmax regression, 10 epochs of batch 100) on
-   /cpu:0 and on /gpu:0: seconds and test accuracy.
+   /cpu:0 and on /gpu:0: seconds and test accuracy, on ../shared/data/mnist-small
+   or the folder TOWERFLOW_MNIST_DIR names (skipped when neither is there).
+
+TF32 is on for both: towerflow's default (TOWERFLOW_TF32), and PyTorch's
+``allow_tf32`` switches for cuBLAS and cuDNN.
 
     python benchmarks/gpu_peers.py [--batch 512] [--rounds 5] [--steps 20]
         [--precision float32|mixed_float16] [--json FILE] [--device /gpu:0]
+        [--host-batch 32] [--skip-p6] [--tables throughput,host,p6]
 
 Writes JSON (default benchmarks/results/gpu_peers.json). ``--device /cpu:0``
 runs the same tables on the CPU (a smoke test of the script; PyTorch on its
@@ -44,7 +49,9 @@ from towerflow.recipes.cifar10 import RECIPE, WIDTHS
 
 LEARNING_RATE, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
 HOST_BOUND_BATCH = 32
-MNIST_SMALL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist-small"
+# The data does not travel to a lent GPU machine: gpu_check.sh names a carried copy.
+MNIST_SMALL = Path(os.environ.get("TOWERFLOW_MNIST_DIR") or Path(__file__).resolve().parents[1]
+                   .parent / "shared" / "data" / "mnist-small")
 
 
 def make_batches(batch, count=4, seed=0):
@@ -57,9 +64,10 @@ def make_batches(batch, count=4, seed=0):
 
 
 def build_training_step(batch, precision, device):
-    """The recipe's network and training step in a new graph, on ``device``:
-    (graph, images placeholder, labels placeholder, loss, train op, first
-    weights, initializer). benchmarks/gpu_traffic.py counts this graph."""
+    """The recipe's network and training step in a new graph, on ``device``,
+    its batch norms' training flag a tensor as in the recipe: (graph, images
+    placeholder, labels placeholder, loss, train op, first weights,
+    initializer). benchmarks/gpu_traffic.py counts this graph."""
     graph = tf.Graph()
     previous = tf.mixed_precision.global_policy()
     tf.mixed_precision.set_global_policy(precision)
@@ -68,7 +76,10 @@ def build_training_step(batch, precision, device):
             tf.set_random_seed(0)
             x = tf.placeholder(tf.float32, [batch, 32, 32, 3])
             labels = tf.placeholder(tf.int64, [batch])
-            logits = tf.cast(RECIPE.logits(x, training=True), tf.float32)
+            # NOTE: a flag tensor, as the recipe's (towerflow/training.py feeds one):
+            # its batch norms take the path that selects on the device
+            training = tf.placeholder_with_default(True, [], name="training")
+            logits = tf.cast(RECIPE.logits(x, training=training), tf.float32)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=labels, logits=logits))
             optimizer = tf.train.MomentumOptimizer(
@@ -111,6 +122,8 @@ class TorchStep:
         nn = torch.nn
         torch.manual_seed(0)
         self.torch, self.device = torch, device
+        torch.backends.cuda.matmul.allow_tf32 = True    # as towerflow's default
+        torch.backends.cudnn.allow_tf32 = True
         self.model = _torch_network(nn).to(device, memory_format=torch.channels_last)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE,
                                          momentum=MOMENTUM, nesterov=True,
@@ -231,10 +244,10 @@ def throughput_table(torch, args):
 
 
 def host_time_table(torch, args):
-    rates = alternate(make_runners(torch, HOST_BOUND_BATCH, args.precision, args.device),
-                      make_batches(HOST_BOUND_BATCH), args.rounds, 4 * args.steps)
+    rates = alternate(make_runners(torch, args.host_batch, args.precision, args.device),
+                      make_batches(args.host_batch), args.rounds, 4 * args.steps)
     row = {name: 1e6 / rate for name, rate in rates.items()}
-    print(f"\nµs per step, batch {HOST_BOUND_BATCH} (host-bound), {args.precision}")
+    print(f"\nµs per step, batch {args.host_batch} (host-bound), {args.precision}")
     for name, value in row.items():
         print(f"  {name:<20} {value:>10.0f}")
     return row
@@ -274,23 +287,38 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--precision", default="float32", choices=["float32", "mixed_float16"])
     parser.add_argument("--device", default="/gpu:0")
+    parser.add_argument("--host-batch", type=int, default=HOST_BOUND_BATCH)
     parser.add_argument("--skip-p6", action="store_true")
+    parser.add_argument("--tables", default="throughput,host,p6",
+                        help="which tables, comma-separated (default all three)")
     parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
                                                        "gpu_peers.json"))
     args = parser.parse_args()
     torch = import_torch()
     result = {"benchmark": "gpu_peers", "device": args.device, "batch": args.batch,
-              "precision": args.precision, "throughput_samples_per_s": throughput_table(
-                  torch, args),
-              "host_us_per_step": host_time_table(torch, args),
-              "p6": None if args.skip_p6 else p6_table(args),
+              "precision": args.precision, "host_batch": args.host_batch,
               "gpu": [gpu.name for gpu in physical.probe_gpus()[0]],
               "torch": getattr(torch, "__version__", None), "numpy": np.__version__,
               "python": platform.python_version()}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as out:
-        json.dump(result, out, indent=2)
+    tables = {"throughput": ("throughput_samples_per_s", lambda: throughput_table(torch, args)),
+              "host": ("host_us_per_step", lambda: host_time_table(torch, args)),
+              "p6": ("p6", lambda: None if args.skip_p6 else p6_table(args))}
+    chosen = args.tables.split(",")
+    if not set(chosen) <= set(tables):
+        parser.error(f"--tables {args.tables!r}: choose among {', '.join(tables)}")
+    result["gpu_conv"] = os.environ.get("TOWERFLOW_GPU_CONV") or "im2col (default)"
+    for key, table in (tables[name] for name in chosen):
+        result[key] = table()
+        # After each table: a run cut short (gpu_check.sh's timeout) keeps what it measured.
+        write_json(args.json, result)
     print(f"wrote {args.json}")
+
+
+def write_json(path, result):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".part", "w") as out:
+        json.dump(result, out, indent=2)
+    os.replace(path + ".part", path)
 
 
 if __name__ == "__main__":
