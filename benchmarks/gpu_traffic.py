@@ -367,14 +367,18 @@ def conv_input_grad_after(unit):
 
 
 def batch_norm_after(unit, relu=False):
-    if unit.attrs.get("is_training") is not True:
+    """Training, or a fed flag (the recipe's: the finish kernel reads it and
+    the given mean and variance, and selects on the device)."""
+    if unit.attrs.get("is_training") is False:
         return batch_norm_before(unit) + ([Kernel("maximum", 0, 0)] if relu else [])
     rows, channels, size = batch_rows(unit)
     data, vector = rows * channels * size, channels * size
     partials = 2 * bn_specs.partial_blocks(rows)[0] * vector
     apply = bn_specs.BN_APPLY_RELU if relu else bn_specs.BN_APPLY
-    return [Kernel(bn_specs.BN_STATS_PARTIALS.name, data + vector, partials),
-            Kernel(bn_specs.BN_STATS_FINISH.name, partials + 2 * vector, 4 * vector),
+    finish = Kernel(bn_specs.BN_STATS_FINISH.name, partials + 2 * vector, 4 * vector) \
+        if unit.attrs.get("is_training") else \
+        Kernel(bn_specs.BN_STATS_FINISH_FED.name, partials + 4 * vector + 1, 4 * vector)
+    return [Kernel(bn_specs.BN_STATS_PARTIALS.name, data + vector, partials), finish,
             Kernel(apply.name, data + 3 * vector, data)]
 
 
@@ -384,8 +388,10 @@ def batch_norm_grad_after(unit, masked=False):
     partials = 2 * bn_specs.partial_blocks(rows)[0] * vector
     arrays = 3 if masked else 2
     apply = bn_specs.BN_GRAD_APPLY_MASKED if masked else bn_specs.BN_GRAD_APPLY
-    return [Kernel(bn_specs.BN_GRAD_PARTIALS.name, arrays * data + vector, partials),
-            Kernel(bn_specs.BN_GRAD_FINISH.name, partials + 2 * vector, 5 * vector),
+    finish = Kernel(bn_specs.BN_GRAD_FINISH.name, partials + 2 * vector, 5 * vector) \
+        if unit.attrs.get("is_training") is not None else \
+        Kernel(bn_specs.BN_GRAD_FINISH_FED.name, partials + 2 * vector + 1, 5 * vector)
+    return [Kernel(bn_specs.BN_GRAD_PARTIALS.name, arrays * data + vector, partials), finish,
             Kernel(apply.name, arrays * data + 4 * vector, data)]
 
 

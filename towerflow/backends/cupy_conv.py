@@ -9,8 +9,8 @@ matches the NumPy kernels, as its NumPy reference does
 (tests/test_gpu_conv.py); the kernels themselves have not run on a GPU.
 
 Design. benchmarks/gpu_traffic.py counts the cifar10 recipe's training
-step (batch 512, float32): 17.7 GB read and written in 660 launches with
-the generic CuPy kernels, 10.0 GB in 332 with these (README, *GPUs*).
+step (batch 512, float32): 17.7 GB read and written in 675 launches with
+the generic CuPy kernels, 10.0 GB in 347 with these (README, *GPUs*).
 
 - **Convolution: one-pass im2col + cuBLAS GEMM.** ``towerflow_im2col``
   writes the [N*OH*OW, KH*KW*C] patch matrix in one pass over the input
