@@ -212,3 +212,25 @@ def test_fed_values_keep_their_pinned_buffers_with_one_host_callback_a_step(gpu_
             expected = step + (step + 1.0) * (step + 2.0)
             assert sess.run(total, values).tolist() == [expected] * 4
     assert gpu_counts().get("host callbacks", 0) == 4
+
+
+# -- one memory pool per logical GPU -----------------------------------------------------
+
+
+def test_sessions_open_at_once_share_their_logical_gpus_memory_limit(gpu_backend):
+    """As TensorFlow's allocator, one per device and process: two Sessions
+    open at once on a logical GPU of 8 MiB cannot each hold a 3 MiB variable
+    and its 3 MiB initial value."""
+    split_gpu(1, memory_limit=8)
+    with tf.device("/gpu:0"):
+        weights = tf.Variable(tf.zeros([3 * 2**20 // 4]))      # 3 MiB of float32
+    first, second = tf.Session(), tf.Session()
+    try:
+        first.run(weights.initializer)
+        with pytest.raises(tf.errors.ResourceExhaustedError, match="GPU:0"):
+            second.run(weights.initializer)
+        first.close()           # its memory comes back for the other Session
+        second.run(weights.initializer)
+    finally:
+        first.close()
+        second.close()

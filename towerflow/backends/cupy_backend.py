@@ -7,9 +7,10 @@ Each logical GPU gets its own runtime (:class:`CupyDevice`):
 - bound to its physical GPU: every kernel, allocation and copy runs inside
   ``cupy.cuda.Device(index)``, so nothing lands on GPU 0 unasked;
 - its own non-blocking stream, which every kernel and copy is queued on;
-- its own memory pool, capped at the logical device's ``memory_limit``: an
-  allocation past it raises ResourceExhaustedError naming the device and
-  its limit; the blocks it caches are freed when its Session closes;
+- its memory pool, capped at the logical device's ``memory_limit`` and one
+  per logical GPU and process (Sessions share it, as TensorFlow's allocator):
+  an allocation past it raises ResourceExhaustedError naming the device and
+  its limit; the blocks it caches are freed when a Session closes;
 - host to device copies staged through pinned memory, asynchronous on the
   device's stream (one host callback a step keeps the fed values' pinned
   buffers alive); device to host copies wait for that stream; copies
@@ -27,6 +28,7 @@ checklist for a GPU run.
 """
 
 import contextlib
+import threading
 import time
 import weakref
 
@@ -163,8 +165,7 @@ class CupyDevice:
         with self.device:
             cupy_tf32.configure(self.device)        # float32 GEMMs: TF32 unless TOWERFLOW_TF32=0
             self.stream = cupy.cuda.Stream(non_blocking=True)
-            self.pool = cupy.cuda.MemoryPool()
-            self.pool.set_limit(size=self.memory_limit)
+            self.pool = _logical_pool(logical_device)
         self.malloc = self.pool.malloc     # a graph's own pool while it is captured
         self._staged = []                   # pinned buffers of stage_to_device copies
         self.graphs = weakref.WeakSet()     # live graphs captured over this GPU
@@ -312,6 +313,25 @@ class _StreamTimer:
         with self._runtime.device:
             elapsed_ms = cupy.cuda.get_elapsed_time(self._base, event)
         return self._base_ns + int(elapsed_ms * 1e6)
+
+
+# (physical GPU, logical device name, limit) -> its MemoryPool, for the process.
+# NOTE: one pool per logical GPU, shared by every Session (as TensorFlow's
+# allocator is): two Sessions open at once keep within its memory_limit.
+_POOLS = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _logical_pool(logical_device):
+    """The memory pool of ``logical_device`` (made on the current device, capped
+    at its memory_limit), made once per process."""
+    key = (logical_device.gpu.index, logical_device.name, logical_device.memory_limit)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = cupy.cuda.MemoryPool()
+            pool.set_limit(size=logical_device.memory_limit)
+        return pool
 
 
 def _mark(stream):
