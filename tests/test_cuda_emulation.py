@@ -114,6 +114,58 @@ def test_a_thread_returning_while_others_wait_at_a_barrier_is_refused():
                np.int32(64))
 
 
+def test_a_block_reading_what_a_later_block_writes_is_a_race():
+    """Blocks are not ordered: in-place x[i] = x[i + 8] reads, in block b,
+    what block b + 1 writes. The reversed order runs the blocks last first."""
+    shift = COORDINATES.replace("if (i < count) out[i] = block * 1000 + thread;",
+                                "if (i + 8 < count) out[i] = out[i + 8];")
+    launch(shift, 2, 8, np.arange(24, dtype=np.int32), np.int32(24))   # in order: unseen
+    with pytest.raises(CudaEmulationError, match=r"race: out\[1[0-5]\] read here was written "
+                                                 r"by block 1"):
+        launch(shift, 2, 8, np.arange(24, dtype=np.int32), np.int32(24), reverse=True)
+
+
+def test_two_threads_may_launch_one_kernel_at_once():
+    """A launch runs on its library's globals: they take turns (a Session's
+    queue-runner thread and the main thread both launch kernels)."""
+    import threading
+    sums = [np.zeros(3, np.float32) for _ in range(4)]
+    x = np.arange(150, dtype=np.float32)
+    threads = [threading.Thread(target=launch, args=(BLOCK_SUM, 3, 64, x, out,
+                                                     np.int32(150))) for out in sums]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for out in sums:
+        np.testing.assert_array_equal(out, [x[:64].sum(), x[64:128].sum(), x[128:].sum()])
+
+
+def test_views_of_other_element_sizes_keep_records_of_their_own():
+    """A float32 array and its bytes passed together: no shared record sized
+    for one and indexed by the other (under ASan this overflowed)."""
+    both = r'''
+extern "C" __global__ void both(const float* x, unsigned char* bytes, int count) {
+    const int i = threadIdx.x;
+    if (i < count) bytes[i] = (unsigned char)i;
+}'''
+    x = np.zeros(16, np.float32)
+    launch(both, 1, 64, x, x.view(np.uint8), np.int32(64))
+    np.testing.assert_array_equal(x.view(np.uint8), np.arange(64))
+
+
+def test_source_the_emulation_would_run_wrong_is_refused_and_restrict_is_dropped():
+    for construct in ("auto v = x[i];", "const int n = sizeof(float*);"):
+        kernel = SCALE.replace("const int i =", construct + "\n    const int i =")
+        with pytest.raises(NotImplementedError, match="runs no kernel with"):
+            launch(kernel, 1, 32, np.zeros(5, np.float32), np.zeros(5, np.float32),
+                   np.float32(2), np.int32(5))
+    restricted = SCALE.replace("const T* x", "const T* __restrict__ x")
+    x, y = np.arange(5, dtype=np.float32), np.zeros(5, np.float32)
+    launch(restricted, 1, 32, x, y, np.float32(2), np.int32(5))
+    np.testing.assert_array_equal(y, x * 2)
+
+
 SCALE = r'''
 typedef float T;
 extern "C" __global__ void scale(const T* x, T* y, T factor, int count) {
@@ -236,8 +288,9 @@ def test_the_backend_kernels_run_clean_under_address_sanitizer():
     """The CUDA C cases of test_gpu_conv.py (every kernel, ragged shapes,
     both dtypes, both thread orders), and the fused optimizer updates on the
     simulated GPU, with ASan and UBSan watching."""
-    result = _under_asan("tests/test_gpu_conv.py", "tests/test_gpu_backend.py", "-k",
-                         "cuda_c or fused_updates")
+    result = _under_asan("tests/test_gpu_conv.py", "tests/test_gpu_backend.py",
+                         "tests/test_cuda_emulation.py", "-k",
+                         "cuda_c or fused_updates or views_of_other or two_threads")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and "AddressSanitizer" not in result.stderr
 

@@ -69,7 +69,7 @@ struct Arg {
 struct LaunchConfig {
     unsigned int grid[3], block[3];
     long long shared_bytes;     // dynamic shared memory (extern __shared__)
-    int reverse;                // run a block's threads in reverse order
+    int reverse;                // run the blocks, and each block's threads, in reverse order
     int uses_barriers;          // the source calls __syncthreads(): run fibers
     char error[1024];           // the first error, "" if none
 };
@@ -447,8 +447,10 @@ inline int launch(LaunchConfig* config, void (*body)()) {
         return 1;
     }
     long long blocks = (long long)l.grid.x * l.grid.y * l.grid.z;
-    for (l.block_linear = 0; l.block_linear < blocks && !failed(); ++l.block_linear) {
-        long long b = l.block_linear;
+    for (long long k = 0; k < blocks && !failed(); ++k) {
+        // NOTE: reverse runs the blocks last to first too, so a block that reads
+        // what a later block writes (no order between blocks) shows as a race.
+        long long b = l.block_linear = config->reverse ? blocks - 1 - k : k;
         l.block_idx = {(unsigned)(b % l.grid.x), (unsigned)(b / l.grid.x % l.grid.y),
                        (unsigned)(b / ((long long)l.grid.x * l.grid.y))};
         l.epoch = 0;

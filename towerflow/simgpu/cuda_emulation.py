@@ -27,7 +27,9 @@ than this fails to compile, loudly, rather than running wrong):
 ``T*`` / ``const T*`` (and pointers to the C scalar types) become checked
 ``dev_ptr<T>``; ``__shared__ T name[N];`` becomes a checked ``Shared<T, N>``
 of the block; ``extern "C"`` is dropped (the header's launch thunk calls the
-kernel). Dynamic shared memory (``extern __shared__``) is refused.
+kernel); ``__restrict__`` is dropped. Dynamic shared memory (``extern
+__shared__``), ``auto``, ``decltype`` and ``sizeof`` of a pointer type are
+refused.
 """
 
 import ctypes
@@ -83,12 +85,18 @@ def available():
 # -- the source ------------------------------------------------------------------------------
 
 
+_REFUSED = ((re.compile(r"extern\s+__shared__"), "dynamic shared memory (extern __shared__)"),
+            # a lazy element reference would be read where used, not where declared
+            (re.compile(r"\b(auto|decltype)\b"), "auto or decltype"),
+            (re.compile(r"sizeof\s*\([^)]*\*\s*\)"), "sizeof of a pointer type"))
+
+
 def rewrite_source(code):
     """The kernel source as the header compiles it (see the module docstring)."""
-    if re.search(r"extern\s+__shared__", code):
-        raise NotImplementedError("the CUDA emulation has no dynamic shared memory "
-                                  "(extern __shared__)")
-    code = code.replace('extern "C"', "")
+    for pattern, what in _REFUSED:
+        if pattern.search(code):
+            raise NotImplementedError(f"the CUDA emulation runs no kernel with {what}")
+    code = code.replace('extern "C"', "").replace("__restrict__", "")
     code = _SHARED.sub(lambda m: f"static ::tfemu::Shared<{m.group(1)}, ({m.group(3)})> "
                                  f'{m.group(2)}("{m.group(2)}");', code)
     return _POINTER.sub(lambda m: f"::tfemu::dev_ptr<{m.group(1) or ''}{m.group(2)}> ", code)
@@ -141,9 +149,17 @@ def _cache_dir():
     path = os.path.join(root, "cuda_emulation")
     try:
         os.makedirs(path, exist_ok=True)
-    except OSError:         # a read-only home: the temporary folder serves
-        path = os.path.join(tempfile.gettempdir(), "towerflow_cuda_emulation")
-        os.makedirs(path, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    # A read-only home: a folder of this user's own in the temporary folder
+    # (NOTE: never one another user could have made: its kernels are loaded).
+    path = os.path.join(tempfile.gettempdir(), f"towerflow_cuda_emulation_{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_uid != os.getuid():
+        raise CudaEmulationError(f"the kernel cache {path} belongs to another user: set "
+                                 "TOWERFLOW_CACHE_DIR to a folder of your own")
     return path
 
 
@@ -164,6 +180,9 @@ def library(source):
         loaded = _LIBRARIES.get(key)
         if loaded is None:
             loaded = _LIBRARIES[key] = ctypes.CDLL(_compiled(source, key, flags))
+            # NOTE: a launch runs on the library's globals (its scheduler, its
+            # shared arrays) and ctypes lets go of the GIL: one launch at a time.
+            loaded.launch_lock = threading.Lock()
         return loaded
 
 
@@ -240,8 +259,9 @@ def _triple(size):
 
 def launch_raw(code, name, grid, block, args, shared_mem=0, reverse=False):
     """Run RawKernel ``name`` of ``code`` on NumPy ``args`` (in parameter
-    order) over ``grid`` x ``block``, as a GPU would; ``reverse`` runs each
-    block's threads in the opposite order (a race shows under either)."""
+    order) over ``grid`` x ``block``, as a GPU would; ``reverse`` runs the
+    blocks, and each block's threads, in the opposite order (a race shows
+    under either)."""
     if shared_mem:
         raise NotImplementedError("the CUDA emulation has no dynamic shared memory")
     params = kernel_params(code, name)
@@ -254,17 +274,21 @@ def launch_raw(code, name, grid, block, args, shared_mem=0, reverse=False):
     _mark_aliases(packed)
     config = _LaunchConfig(_triple(grid), _triple(block), 0, int(reverse),
                            int("__syncthreads" in code), b"")
-    if lib.tfemu_launch(ctypes.byref(config), packed, len(args)):
+    with lib.launch_lock:
+        failed = lib.tfemu_launch(ctypes.byref(config), packed, len(args))
+    if failed:
         raise CudaEmulationError(f"kernel {name}: {config.error.decode()}")
 
 
 def _mark_aliases(packed):
-    """Arguments over the same memory share one record of who wrote what."""
+    """Arguments over the same memory, in elements of one size, share one
+    record of who wrote what. NOTE: views that overlap in part, or of other
+    element sizes, keep records of their own: a race between them is missed."""
     seen = {}
     for arg in packed:
         if not arg.is_array:
             continue
-        key = (arg.data, arg.count * arg.itemsize)
+        key = (arg.data, arg.count, arg.itemsize)
         if key in seen:
             arg.alias_of = ctypes.addressof(seen[key])
         else:
