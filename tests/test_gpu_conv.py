@@ -145,9 +145,18 @@ def test_implicit_gemm_convolutions_match_the_numpy_kernels(monkeypatch, rng, sh
 
 
 def test_implicit_gemm_falls_back_to_the_generic_kernels(monkeypatch, rng):
-    """float16 and integer convolutions, and a filter gradient given im2col
-    patches, take the generic kernels; an unknown path is refused by name."""
+    """Integer convolutions, and a filter gradient given im2col patches, take
+    the generic kernels, float16 ones im2col's; an unknown path is refused by
+    name; an empty batch's filter gradient is zero."""
     table = implicit_tables(monkeypatch)["references"]
+    half = rng.standard_normal((2, 5, 5, 2)).astype(np.float16)
+    half_w = rng.standard_normal((3, 3, 2, 2)).astype(np.float16)
+    attrs = {"strides": (1, 1), "padding": "SAME"}
+    assert table["Conv2D"](ctx(attrs, np.float16))(half, half_w)[1].shape == (50, 18)
+    empty = cupy_conv.implicit_filter_grad(cupy_conv.ReferenceLauncher(), np,
+                                           np.ones((0, 5, 5, 2)), np.ones((0, 5, 5, 3)),
+                                           (3, 3, 2, 3), _layout(5, 5, 3, 3, 1, 1, "SAME"))
+    np.testing.assert_array_equal(empty, np.zeros((3, 3, 2, 3)))
     x = rng.integers(-3, 3, (2, 5, 5, 2)).astype(np.int32)
     w = rng.integers(-3, 3, (3, 3, 2, 2)).astype(np.int32)
     attrs = {"strides": (1, 1), "padding": "SAME"}

@@ -253,7 +253,8 @@ def _implicit_geometry(x_shape, w_shape, lay):
 
 
 def _implicit_conv_kernels(xp, table, launcher):
-    """Conv2D, its gradients and its Conv2DBackpropFilter by implicit GEMM.
+    """Conv2D, its gradients and its Conv2DBackpropFilter by implicit GEMM;
+    ``table``'s makers for what they do not take (float16: im2col's).
     Conv2D's second output, which the filter gradient reads, is x itself
     (4-D, where the im2col path gives 2-D patches)."""
     def conv2d(ctx):
@@ -298,8 +299,9 @@ def _implicit_conv_kernels(xp, table, launcher):
 def _conv_kernels(xp, table, launcher):
     """The convolution makers: each asks TOWERFLOW_GPU_CONV which path's
     kernel to make when a plan makes it (the backend's table is built once)."""
-    paths = {"im2col": _im2col_conv_kernels(xp, table, launcher),
-             "implicit": _implicit_conv_kernels(xp, table, launcher)}
+    im2col = _im2col_conv_kernels(xp, table, launcher)
+    paths = {"im2col": im2col,
+             "implicit": _implicit_conv_kernels(xp, {**table, **im2col}, launcher)}
 
     def switched(name):
         def make(ctx):

@@ -178,6 +178,8 @@ def filter_grad_splits(outputs):
     """(splits, outputs per split) of the filter gradient's depth (one row per
     output): a function of the shape alone, so the partial sums add in the
     same order every run. ``filter_grad_splits(524288)`` is (64, 8192)."""
+    if outputs <= 0:
+        return 1, DEPTH_STEP
     splits = max(1, min(MAX_SPLITS, outputs // MIN_DEPTH_PER_SPLIT))
     per_split = -(-outputs // splits)
     per_split = -(-per_split // DEPTH_STEP) * DEPTH_STEP
