@@ -28,6 +28,8 @@
 # PYTHON names the interpreter (default python3). The exit status is the
 # number of failed steps (100 if no summary could be written).
 set -uo pipefail
+# NOTE: EPOCHREALTIME (bash 5) times the steps: refuse older shells plainly.
+((BASH_VERSINFO[0] >= 5)) || { echo "gpu_check.sh needs bash 5 or later"; exit 100; }
 size=full
 [ "${1:-}" = --tiny ] && { size=tiny; shift; }
 out=${1:-${OUT:-$(dirname "$0")/results/gpu_check}}
