@@ -235,3 +235,45 @@ def test_nccl_without_the_library_is_refused_with_the_install():
                                 resource=None)
     with pytest.raises(tf.errors.UnavailableError, match="pip install nvidia-nccl-cu12"):
         nccl.make_member_kernel(ctx, missing, fake_xp)
+
+
+class SlowNccl(FakeNccl):
+    """A stand-in whose groupStart takes a while, so two threads' groups
+    would interleave unless they take turns."""
+
+    def groupStart(self):
+        import time
+        super().groupStart()
+        time.sleep(0.05)
+
+
+def test_sessions_sharing_a_clique_issue_their_groups_one_at_a_time():
+    """Sessions share a group's communicators (shared_group): two Sessions
+    on two threads must not interleave their group calls, which NCCL needs
+    issued in one order per communicator."""
+    import threading
+    x = tf.placeholder(tf.float32, [4])
+    members = nccl.all_reduce_members([tf.identity(x), tf.identity(x)], [0, 1],
+                                      tf.get_default_graph())
+    fake, ready = SlowNccl(), threading.Barrier(2)
+
+    def session_step():
+        resources = {}          # each Session its own resources, the clique shared
+
+        def resource(key, make):
+            if key not in resources:
+                resources[key] = make()
+            return resources[key]
+        kernels = [nccl.make_member_kernel(
+            types.SimpleNamespace(attrs=m.op.attrs, output_dtypes=[np.dtype(np.float32)],
+                                  resource=resource), fake, fake_xp) for m in members]
+        kernels[0](np.ones(4, np.float32).view(FakeArray))
+        ready.wait()
+        kernels[1](np.ones(4, np.float32).view(FakeArray))
+    threads = [threading.Thread(target=session_step) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    group_calls = [call[0] for call in fake.calls if call[0] != "initAll"]
+    assert group_calls == ["groupStart", "allReduce", "allReduce", "groupEnd"] * 2

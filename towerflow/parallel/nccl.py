@@ -78,6 +78,7 @@ class NcclGroup:
         self.nccl = nccl
         self.communicators = nccl.NcclCommunicator.initAll(list(device_ids))
         self.failed = False     # a collective failed: NCCL may have left it unusable
+        self.lock = threading.Lock()    # one group call at a time (Sessions share it)
 
 
 # nccl library -> {device ids: NcclGroup}. NOTE: keyed by the library object:
@@ -121,6 +122,12 @@ class _Bucket:
         if missing:     # a member failed before it was ready: issue nothing
             raise RuntimeError(f"NCCL all-reduce '{op_name}': ranks {missing} of its "
                                "bucket did not run before it")
+        # NOTE: Sessions share the group's communicators (shared_group), and NCCL
+        # needs each communicator's collectives issued in one order: one at a time.
+        with self.group.lock:
+            self._issue_group(nccl, op_name, calls)
+
+    def _issue_group(self, nccl, op_name, calls):
         nccl.groupStart()
         try:
             for rank in range(self.size):
