@@ -52,20 +52,25 @@ fake_xp = types.SimpleNamespace(
     cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=0)))
 
 
+def member_kernels(members, fake):
+    """The members' kernels as one Session makes them (resources made once per key)."""
+    resources = {}
+
+    def resource(key, make):
+        if key not in resources:
+            resources[key] = make()
+        return resources[key]
+    return [nccl.make_member_kernel(
+        types.SimpleNamespace(attrs=m.op.attrs, output_dtypes=[np.dtype(np.float32)],
+                              resource=resource), fake, fake_xp) for m in members]
+
+
 def test_members_issue_one_group_of_all_ranks():
     x = tf.placeholder(tf.float32, [4])
     members = nccl.all_reduce_members([tf.identity(x), tf.identity(x)], [0, 1],
                                       tf.get_default_graph())
-    fake, resources = FakeNccl(), {}
-
-    def resource(key, make):   # as a Session does: made once per key
-        if key not in resources:
-            resources[key] = make()
-        return resources[key]
-
-    kernels = [nccl.make_member_kernel(
-        types.SimpleNamespace(attrs=m.op.attrs, output_dtypes=[np.dtype(np.float32)],
-                              resource=resource), fake, fake_xp) for m in members]
+    fake = FakeNccl()
+    kernels = member_kernels(members, fake)
     for kernel in kernels:
         kernel(np.ones(4, np.float32).view(FakeArray))
     assert fake.calls == [("initAll", (0, 1)), ("groupStart",),
@@ -258,15 +263,7 @@ def test_sessions_sharing_a_clique_issue_their_groups_one_at_a_time():
     fake, ready = SlowNccl(), threading.Barrier(2)
 
     def session_step():
-        resources = {}          # each Session its own resources, the clique shared
-
-        def resource(key, make):
-            if key not in resources:
-                resources[key] = make()
-            return resources[key]
-        kernels = [nccl.make_member_kernel(
-            types.SimpleNamespace(attrs=m.op.attrs, output_dtypes=[np.dtype(np.float32)],
-                                  resource=resource), fake, fake_xp) for m in members]
+        kernels = member_kernels(members, fake)     # its own resources, the clique shared
         kernels[0](np.ones(4, np.float32).view(FakeArray))
         ready.wait()
         kernels[1](np.ones(4, np.float32).view(FakeArray))
