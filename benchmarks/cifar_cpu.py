@@ -50,6 +50,7 @@ import numpy as np
 import towerflow as tf
 from towerflow import training
 from towerflow.backends import cpu_threads
+from towerflow.device import host
 from towerflow.recipes.cifar10 import RECIPE, WIDTHS
 
 GEMM_SIZE = 2048
@@ -299,7 +300,9 @@ def _table_line(row, name):
 
 
 def write_json(path, result):
-    training.write_json(path, result)
+    """``result`` with the machine it was measured on (CPU model, vector
+    extensions, cores, compiled kernels, switches set, date) as ``path``."""
+    training.write_json(path, {**result, "machine": host.describe()})
     print(f"wrote {path}")
 
 

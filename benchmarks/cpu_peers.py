@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 import towerflow as tf
+from towerflow.device import host
 
 MODELS = {
     "softmax": {"batch": 100, "input": (784,), "optimizer": "sgd"},
@@ -175,8 +176,8 @@ def write_json(path, rows, torch):
     with open(path, "w") as out:
         json.dump({"benchmark": "cpu_peers", "unit": "samples/s", "rows": rows,
                    "numpy": np.__version__, "torch": getattr(torch, "__version__", None),
-                   "python": platform.python_version(), "cpus": os.cpu_count()}, out,
-                  indent=2)
+                   "python": platform.python_version(), "cpus": os.cpu_count(),
+                   "machine": host.describe()}, out, indent=2)
     print(f"wrote {path}")
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 import towerflow as tf
-from towerflow.device import physical
+from towerflow.device import host, physical
 from towerflow.recipes.cifar10 import RECIPE, WIDTHS
 
 LEARNING_RATE, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
@@ -299,7 +299,7 @@ def main():
               "precision": args.precision, "host_batch": args.host_batch,
               "gpu": [gpu.name for gpu in physical.probe_gpus()[0]],
               "torch": getattr(torch, "__version__", None), "numpy": np.__version__,
-              "python": platform.python_version()}
+              "python": platform.python_version(), "machine": host.describe()}
     tables = {"throughput": ("throughput_samples_per_s", lambda: throughput_table(torch, args)),
               "host": ("host_us_per_step", lambda: host_time_table(torch, args)),
               "p6": ("p6", lambda: None if args.skip_p6 else p6_table(args))}

@@ -4,6 +4,7 @@ resume on another tower count, the JSON summary, and one-line CLI errors."""
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -105,6 +106,36 @@ def test_devices_json_lists_the_cpu_and_says_why_no_gpu(capsys, no_gpu):
     assert report["devices"][0]["device_type"] == "CPU"
     assert report["gpu_unavailable_reason"]
     assert "numpy" in report["versions"]
+
+
+def test_devices_says_which_cpu_which_compiled_kernels_run_and_the_switches_set(
+        capsys, monkeypatch, no_gpu):
+    """The CPU model, its vector extensions and usable cores, whether the
+    compiled kernels and the compiled GEMM run (and why not), every
+    TOWERFLOW_* switch set: what a speed figure has to name."""
+    from towerflow.backends import native
+    monkeypatch.setenv("TOWERFLOW_GPU_CONV", "implicit")
+    assert cli.main(["devices", "--json"]) == 0
+    host = json.loads(capsys.readouterr().out)["host"]
+    assert host["cpu"]["model"] and 1 <= host["cpu"]["usable_cores"] <= os.cpu_count()
+    assert set(host["cpu"]["vector_extensions"]) <= {"avx2", "fma", "avx512f"}
+    assert host["switches"]["TOWERFLOW_GPU_CONV"] == "implicit"
+    assert host["compiled_kernels"]["running"] == native.available()
+    assert host["compiled_kernels"]["vector_gemm"] == (native.VECTOR_GEMM and
+                                                       native.available())
+    monkeypatch.setattr(native, "VECTOR_GEMM", False)       # an AVX2-only CPU
+    assert cli.main(["devices"]) == 0
+    text = capsys.readouterr().out
+    if native.available():
+        assert "compiled GEMM: not running: the CPU has no AVX-512" in text
+    monkeypatch.setenv("TOWERFLOW_NATIVE", "0")
+    assert cli.main(["devices"]) == 0
+    assert "compiled kernels: not running: TOWERFLOW_NATIVE=0 turns them off" in \
+        capsys.readouterr().out
+    monkeypatch.setattr(native, "_compiled", None)
+    monkeypatch.setattr(native, "_IMPORT_ERROR", ImportError("no module named _native"))
+    assert native.status()["reason"].startswith("the _native extension is not built "
+                                                "(no module named _native)")
 
 
 class LinearDigits(type(get("digits"))):

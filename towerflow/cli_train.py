@@ -8,7 +8,7 @@ import shlex
 import sys
 import time
 
-from .device import DeviceSpec, runtime
+from .device import DeviceSpec, host, runtime
 from .run_record import option_flag
 
 
@@ -292,13 +292,29 @@ def run_devices(args):
               f"{where}")
     if report["gpu_unavailable_reason"]:
         print(f"no GPU is usable: {report['gpu_unavailable_reason']}")
+    _print_host(report["host"])
     print("versions: " + ", ".join(f"{key} {value}" for key, value in
                                    report["versions"].items()))
     return 0
 
 
+def _print_host(host):
+    cpu, compiled = host["cpu"], host["compiled_kernels"]
+    print(f"cpu: {cpu['model']}, {cpu['usable_cores']} of {cpu['online_cores']} cores usable, "
+          f"vector extensions: {', '.join(cpu['vector_extensions']) or 'none'}")
+    if not compiled["running"]:
+        print(f"compiled kernels: not running: {compiled['reason']}")
+    else:
+        gemm = "AVX-512" if compiled["vector_gemm"] else \
+            f"not running: {compiled['vector_gemm_reason']}"
+        print(f"compiled kernels: running; compiled GEMM: {gemm}")
+    print("switches set: " + (", ".join(f"{name}={value}" for name, value in
+                                       host["switches"].items()) or "none"))
+
+
 def devices_report():
-    """The logical devices, why no GPU is usable (if so), and library versions."""
+    """The logical devices, why no GPU is usable (if so), the host (CPU,
+    compiled kernels, switches set: device.host.describe) and library versions."""
     devices = [{"name": d.name, "device_type": d.device_type, "index": d.index,
                 "memory_limit": d.memory_limit,
                 "physical_gpu": d.gpu.index if d.gpu else None,
@@ -306,7 +322,7 @@ def devices_report():
                 "pci_bus_id": d.gpu.pci_bus_id if d.gpu else None}
                for d in runtime.peek_logical_devices()]
     return {"devices": devices, "gpu_unavailable_reason": runtime.gpu_unavailable_reason(),
-            "versions": _versions()}
+            "host": host.describe(), "versions": _versions()}
 
 
 def _versions():

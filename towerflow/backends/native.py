@@ -19,8 +19,9 @@ import numpy as np
 
 try:
     from . import _native as _compiled
-except ImportError:           # no compiler at install time: NumPy kernels only
-    _compiled = None
+    _IMPORT_ERROR = None
+except ImportError as err:    # no compiler at install time: NumPy kernels only
+    _compiled, _IMPORT_ERROR = None, err
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # The GEMMs' 64-byte vectors need AVX-512: elsewhere they ran 40x slower than
@@ -31,6 +32,25 @@ VECTOR_GEMM = _compiled is not None and _compiled.gemm_vectorised()
 def available():
     """Whether the compiled kernels are built and switched on (TOWERFLOW_NATIVE)."""
     return _compiled is not None and os.environ.get("TOWERFLOW_NATIVE", "1") != "0"
+
+
+def status():
+    """Which compiled kernels run here, and why not (``towerflow devices``)::
+
+        {"loaded": True, "running": True, "reason": None,
+         "vector_gemm": False, "vector_gemm_reason": "the CPU has no AVX-512 ..."}
+    """
+    if _compiled is None:
+        reason = f"the _native extension is not built ({_IMPORT_ERROR}): NumPy kernels only"
+    elif not available():
+        reason = "TOWERFLOW_NATIVE=0 turns them off: NumPy kernels only"
+    else:
+        reason = None
+    gemm_reason = None if VECTOR_GEMM or _compiled is None else (
+        "the CPU has no AVX-512: the compiled GEMM and Winograd's tile products decline, "
+        "OpenBLAS runs them")
+    return {"loaded": _compiled is not None, "running": available(), "reason": reason,
+            "vector_gemm": bool(VECTOR_GEMM) and available(), "vector_gemm_reason": gemm_reason}
 
 
 def max_pool(x, lay, out, code=None, bias=None, relu=False):
