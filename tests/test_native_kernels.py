@@ -5,7 +5,11 @@ im2col, to rounding for col2im, which adds in another order), on ties, NaN
 and infinities, for every geometry they take; and NumPy for everything else.
 """
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import sysconfig
 import threading
 import types
@@ -349,6 +353,24 @@ def test_the_compiled_gemm_runs_exactly_where_the_cpu_has_its_vectors():
         np.testing.assert_array_equal(out, 50.0)
     else:
         assert np.isnan(out).all()
+
+
+@pytest.mark.parametrize("isa, vector_gemm, running", [
+    ("avx2", False, True), ("generic", False, False), ("avx512", None, True)])
+def test_towerflow_isa_forces_a_path(isa, vector_gemm, running):
+    """TOWERFLOW_ISA=avx2 runs as an AVX2-only CPU (no compiled GEMM), generic
+    without compiled kernels; an unknown path is refused by name."""
+    code = ("import json; from towerflow.backends import native; "
+            "print(json.dumps([native.VECTOR_GEMM, native.available()]))")
+    env = {**os.environ, "TOWERFLOW_ISA": isa}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, check=True)
+    expected_gemm = native.VECTOR_GEMM if vector_gemm is None else vector_gemm
+    assert json.loads(done.stdout) == [expected_gemm, running and native.available()]
+    env["TOWERFLOW_ISA"] = "sse2"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, check=False)
+    assert "TOWERFLOW_ISA='sse2': expected one of avx512, avx2, generic" in done.stderr
 
 
 @needs_vector_gemm

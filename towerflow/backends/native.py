@@ -24,14 +24,31 @@ except ImportError as err:    # no compiler at install time: NumPy kernels only
     _compiled, _IMPORT_ERROR = None, err
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# TOWERFLOW_ISA=avx2 runs as a CPU without AVX-512 would (the compiled GEMM
+# declines), so one AVX-512 machine can test that path; =generic runs no
+# compiled kernel. Read once, at import.
+ISA_SWITCH, ISA_PATHS = "TOWERFLOW_ISA", ("avx512", "avx2", "generic")
+
+
+def _forced_isa():
+    isa = os.environ.get(ISA_SWITCH) or None
+    if isa is not None and isa not in ISA_PATHS:
+        raise ValueError(f"{ISA_SWITCH}={isa!r}: expected one of {', '.join(ISA_PATHS)}")
+    return isa
+
+
+FORCED_ISA = _forced_isa()
 # The GEMMs' 64-byte vectors need AVX-512: elsewhere they ran 40x slower than
 # OpenBLAS, so gemm and winograd_gemms decline (see native_gemm.c's gemm_vectorised).
-VECTOR_GEMM = _compiled is not None and _compiled.gemm_vectorised()
+VECTOR_GEMM = _compiled is not None and _compiled.gemm_vectorised() and \
+    FORCED_ISA in (None, "avx512")
 
 
 def available():
-    """Whether the compiled kernels are built and switched on (TOWERFLOW_NATIVE)."""
-    return _compiled is not None and os.environ.get("TOWERFLOW_NATIVE", "1") != "0"
+    """Whether the compiled kernels are built and switched on (TOWERFLOW_NATIVE,
+    TOWERFLOW_ISA=generic)."""
+    return _compiled is not None and os.environ.get("TOWERFLOW_NATIVE", "1") != "0" \
+        and FORCED_ISA != "generic"
 
 
 def status():
@@ -42,13 +59,15 @@ def status():
     """
     if _compiled is None:
         reason = f"the _native extension is not built ({_IMPORT_ERROR}): NumPy kernels only"
+    elif FORCED_ISA == "generic":
+        reason = "TOWERFLOW_ISA=generic turns them off: NumPy kernels only"
     elif not available():
         reason = "TOWERFLOW_NATIVE=0 turns them off: NumPy kernels only"
     else:
         reason = None
     gemm_reason = None if VECTOR_GEMM or _compiled is None else (
-        "the CPU has no AVX-512: the compiled GEMM and Winograd's tile products decline, "
-        "OpenBLAS runs them")
+        f"{ISA_SWITCH}={FORCED_ISA}: " if FORCED_ISA else "the CPU has no AVX-512: ") + (
+        "the compiled GEMM and Winograd's tile products decline, OpenBLAS runs them")
     return {"loaded": _compiled is not None, "running": available(), "reason": reason,
             "vector_gemm": bool(VECTOR_GEMM) and available(), "vector_gemm_reason": gemm_reason}
 
