@@ -187,3 +187,26 @@ def test_cifar10_recipe_trains_and_evaluates_with_flips(monkeypatch, cifar_dir, 
     assert result["steps"] == 3 and result["towers"] == 2
     assert 0.0 <= result["test_accuracy"] <= 1.0
     assert result["test_accuracy"] * 300 == pytest.approx(round(result["test_accuracy"] * 300))
+
+
+@pytest.mark.parametrize("v2, v1, cores", [
+    ("150000 100000", None, 2),             # 1.5 CPUs: two threads, each partly used
+    ("max 100000", ("400000", "100000"), 4),
+    (None, ("-1", "100000"), None),         # v1 without a quota
+    (None, None, None)])                    # no cgroup files
+def test_a_cgroup_cpu_quota_bounds_the_usable_cores(tmp_path, monkeypatch, v2, v1, cores):
+    """A container given 2 CPUs of a larger host runs 2 threads, not one per
+    host core (the CPU pool and `towerflow devices` use usable_cores)."""
+    from towerflow.device import host
+
+    def written(name, text):
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text + "\n")
+        return str(path)
+    monkeypatch.setattr(host, "CGROUP_V2_MAX", written("cpu.max", v2))
+    monkeypatch.setattr(host, "CGROUP_V1", (written("quota", v1 and v1[0]),
+                                            written("period", v1 and v1[1])))
+    assert host.cgroup_cores() == cores
+    affinity = len(os.sched_getaffinity(0))
+    assert host.usable_cores() == (min(affinity, cores) if cores else affinity)

@@ -361,10 +361,11 @@ def get_blas_threads():
 
 def cpu_pool():
     """The NumPy backend's pool: TOWERFLOW_CPU_THREADS threads, by default as
-    many as the CPUs this process may run on."""
+    many as the CPUs this process may run on (affinity and cgroup quota)."""
+    from ..device import host
     setting = os.environ.get("TOWERFLOW_CPU_THREADS", "")
     try:
-        workers = int(setting) if setting else len(os.sched_getaffinity(0))
-    except (ValueError, AttributeError):
+        workers = int(setting) if setting else host.usable_cores()
+    except ValueError:
         workers = os.cpu_count() or 1
     return WorkerPool(max(workers, 1))

@@ -32,12 +32,43 @@ def _cpuinfo():
     return model or platform.processor() or platform.machine(), flags
 
 
-def usable_cores():
-    """The cores this process may run on (its affinity), else the machine's."""
+# cgroup v2's "quota period" (or "max"), and v1's two files: a container's CPU limit.
+CGROUP_V2_MAX = "/sys/fs/cgroup/cpu.max"
+CGROUP_V1 = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+
+
+def _read(path):
     try:
-        return len(os.sched_getaffinity(0))
+        with open(path) as file:
+            return file.read().split()
+    except OSError:
+        return None
+
+
+def cgroup_cores():
+    """The cores a cgroup CPU quota allows this process (rounded up), or None
+    without a quota: a container given 2 CPUs of a 64-core host gets 2."""
+    fields = _read(CGROUP_V2_MAX)
+    if fields and len(fields) == 2 and fields[0] != "max":
+        quota, period = fields
+    else:
+        quota, period = ((_read(path) or ["-1"])[0] for path in CGROUP_V1)
+    try:
+        quota, period = int(quota), int(period)
+    except ValueError:
+        return None
+    return -(-quota // period) if quota > 0 and period > 0 else None
+
+
+def usable_cores():
+    """The cores this process may run on: its affinity, within a cgroup
+    CPU quota; else the machine's."""
+    try:
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroup_cores()
+    return max(1, min(cores, quota)) if quota else cores
 
 
 def cpu():
