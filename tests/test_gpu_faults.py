@@ -10,6 +10,12 @@ import towerflow as tf
 from towerflow.device import physical, runtime
 
 
+def nccl_group_of(sess):
+    """The NCCL group (communicators) a Session's plans run on."""
+    return next(value for key, value in sess._state.items()
+                if isinstance(key, tuple) and key[0] == "nccl")
+
+
 def split_gpu(count, memory_limit=1024):
     gpu = tf.config.list_physical_devices("GPU")[0]
     tf.config.set_logical_device_configuration(
@@ -184,8 +190,7 @@ def test_an_error_inside_an_nccl_group_closes_the_group(gpu_backend):
     members = nccl_members()
     sess = tf.Session()
     sess.run(members)
-    group = next(value for key, value in sess._state.items()
-                 if isinstance(key, tuple) and key[0] == "nccl")
+    group = nccl_group_of(sess)
     group.communicators[1].destroy()        # its next allReduce raises, inside the group
     with pytest.raises(tf.errors.OpError, match="nccl_all_reduce_1.*destroyed"):
         sess.run(members)

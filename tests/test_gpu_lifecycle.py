@@ -6,6 +6,7 @@ import gc
 
 import numpy as np
 import pytest
+from test_gpu_faults import nccl_group_of, split_gpu
 
 import towerflow as tf
 from towerflow import simgpu
@@ -109,8 +110,7 @@ def test_a_failed_nccl_clique_is_not_handed_to_the_next_session(gpu_backend):
     members = nccl_members()
     broken = tf.Session()
     broken.run(members)
-    group = next(value for key, value in broken._state.items()
-                 if isinstance(key, tuple) and key[0] == "nccl")
+    group = nccl_group_of(broken)
     group.communicators[1].destroy()        # its next allReduce raises
     with pytest.raises(tf.errors.OpError, match="destroyed"):
         broken.run(members)
@@ -166,37 +166,29 @@ def gpu_counts():
     return dict(simgpu.state.world().counts)
 
 
-def split_gpu(count, memory_limit=1024):
-    gpu = tf.config.list_physical_devices("GPU")[0]
-    tf.config.set_logical_device_configuration(
-        gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit)] * count)
-
-
 @pytest.mark.simulated_gpus(2)
-def test_copies_between_gpus_order_their_streams_with_untimed_events(gpu_backend):
+def run_across_two_gpus(steps):
+    """A value computed on /gpu:0 and used on /gpu:1, run ``steps`` times."""
     fed = tf.placeholder(tf.float32, [4])
     with tf.device("/gpu:0"):
         doubled = fed * 2.0
     with tf.device("/gpu:1"):
         used = doubled + 1.0
     with tf.Session() as sess:
-        for step in range(3):
+        for step in range(steps):
             assert sess.run(used, {fed: np.full(4, step, np.float32)}).tolist() == \
                 [2.0 * step + 1.0] * 4
+
+
+@pytest.mark.simulated_gpus(2)
+def test_copies_between_gpus_order_their_streams_with_untimed_events(gpu_backend):
+    run_across_two_gpus(3)
     assert gpu_counts().get("timed events", 0) == 0
 
 
 def test_replays_over_logical_gpus_order_their_streams_with_untimed_events(gpu_backend):
     split_gpu(2)
-    fed = tf.placeholder(tf.float32, [4])
-    with tf.device("/gpu:0"):
-        doubled = fed * 2.0
-    with tf.device("/gpu:1"):
-        used = doubled + 1.0
-    with tf.Session() as sess:
-        for step in range(4):          # captured at the second run, replayed after
-            assert sess.run(used, {fed: np.full(4, step, np.float32)}).tolist() == \
-                [2.0 * step + 1.0] * 4
+    run_across_two_gpus(4)          # captured at the second run, replayed after
     assert gpu_counts().get("timed events", 0) == 0
 
 

@@ -266,17 +266,6 @@ def _implicit_conv_kernels(xp, table, launcher):
             return implicit_conv(launcher, xp, x, w, layout_of(x.shape, w.shape[:2])), x
         return conv
 
-    def backprop_input(ctx):
-        generic, layout_of = table["Conv2DBackpropInput"](ctx), _layout_maker(ctx.attrs)
-
-        def grad_input(x, w, grad):
-            if not _takes(w, grad):
-                return generic(x, w, grad)
-            x_shape = tuple(x.shape)
-            return implicit_input_grad(launcher, xp, x_shape, w, grad,
-                                       layout_of(x_shape, w.shape[:2]))
-        return sized_backprop_input(ctx, grad_input)
-
     def backprop_filter(ctx):
         generic, attrs = table["Conv2DBackpropFilter"](ctx), ctx.attrs
         filter_shape = tuple(attrs["filter_shape"])
@@ -289,8 +278,35 @@ def _implicit_conv_kernels(xp, table, launcher):
             return implicit_filter_grad(launcher, xp, patches_or_x, grad, filter_shape, lay)
         return grad_filter
 
-    return {"Conv2D": conv2d, "Conv2DBackpropInput": backprop_input,
-            "Conv2DBackpropFilter": backprop_filter}
+    return {"Conv2D": conv2d, "Conv2DBackpropFilter": backprop_filter,
+            "Conv2DBackpropInput": _input_grad_maker(
+                table, lambda *args: implicit_input_grad(launcher, xp, *args))}
+
+
+def _input_grad_maker(table, input_grad):
+    """Conv2DBackpropInput's maker (both its forms): ``input_grad(x_shape, w,
+    grad, lay)`` where these kernels take w and grad, ``table``'s elsewhere."""
+    def make(ctx):
+        generic, layout_of = table["Conv2DBackpropInput"](ctx), _layout_maker(ctx.attrs)
+
+        def grad_input(x, w, grad):
+            if not _takes(w, grad):
+                return generic(x, w, grad)
+            x_shape = tuple(x.shape)
+            return input_grad(x_shape, w, grad, layout_of(x_shape, w.shape[:2]))
+        return sized_backprop_input(ctx, grad_input)
+    return make
+
+
+def im2col_input_grad(launcher, xp, x_shape, w, grad, lay):
+    """dx [N, H, W, C]: one GEMM into the column matrix, then col2im (a 1x1
+    window at stride 1 is the GEMM alone)."""
+    kh, kw, channels, out_channels = w.shape
+    grad2d = grad.reshape(-1, out_channels)
+    columns = launcher.gemm(grad2d, w.reshape(kh * kw * channels, out_channels).T)
+    if (kh, kw) + tuple(lay.strides) == (1, 1, 1, 1):
+        return columns.reshape(x_shape)
+    return col2im(launcher, xp, columns, x_shape, lay)
 
 
 # -- convolution by im2col + GEMM ---------------------------------------------------------------
@@ -331,22 +347,8 @@ def _im2col_conv_kernels(xp, table, launcher):
             return y.reshape(x.shape[0], lay.out_h, lay.out_w, out_channels), patches
         return conv
 
-    def backprop_input(ctx):
-        generic, layout_of = table["Conv2DBackpropInput"](ctx), _layout_maker(ctx.attrs)
-
-        def grad_input(x, w, grad):
-            if not _takes(w, grad):
-                return generic(x, w, grad)
-            kh, kw, channels, out_channels = w.shape
-            lay = layout_of(x.shape, (kh, kw))
-            grad2d = grad.reshape(-1, out_channels)
-            w2d = w.reshape(kh * kw * channels, out_channels)
-            if (kh, kw) + tuple(lay.strides) == (1, 1, 1, 1):
-                return launcher.gemm(grad2d, w2d.T).reshape(x.shape)
-            return col2im(launcher, xp, launcher.gemm(grad2d, w2d.T), tuple(x.shape), lay)
-        return sized_backprop_input(ctx, grad_input)
-
-    return {"Conv2D": conv2d, "Conv2DBackpropInput": backprop_input}
+    return {"Conv2D": conv2d, "Conv2DBackpropInput": _input_grad_maker(
+        table, lambda *args: im2col_input_grad(launcher, xp, *args))}
 
 
 def _takes_bits(x, w):

@@ -21,7 +21,8 @@ import numpy as np
 
 from . import clock as clocks
 from . import state
-from .memory import MemoryPointer, PinnedArray
+from .memory import MemoryPointer
+from .pinned import PinnedArray
 
 
 class Work:

@@ -23,6 +23,11 @@ from . import state
 _ALIGN = 512
 
 
+def rounded(nbytes):
+    """``nbytes`` rounded up to the pools' 512-byte unit, as CuPy's pools round."""
+    return (int(nbytes) + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
 class OutOfMemoryError(MemoryError):
     """cupy.cuda.memory.OutOfMemoryError (same message)."""
 
@@ -166,7 +171,7 @@ class _AddressSpace:
 
     def assign(self, block, device_id, nbytes):
         base = self._next.get(device_id, (device_id + 1) << 40)
-        self._next[device_id] = base + (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN + _ALIGN
+        self._next[device_id] = base + rounded(nbytes) + _ALIGN
         index = bisect.bisect(self._starts, base)
         self._starts.insert(index, base)
         self._blocks.insert(index, weakref.ref(block))
@@ -253,7 +258,7 @@ class MemoryPool:
         world = state.world()
         stream = world.current_stream()
         _check_capture_allocation(world, stream, self)
-        nbytes = (int(size) + _ALIGN - 1) // _ALIGN * _ALIGN
+        nbytes = rounded(size)
         sub = self._sub(stream.device_id)
         if nbytes == 0:                     # CuPy: MemoryPointer(Memory(0), 0), no pool
             return MemoryPointer(_Lease(self._empty(stream), None))
@@ -449,110 +454,3 @@ def _check_capture_allocation(world, stream, pool):
             "outside the graph: its blocks could be reused while the graph still uses "
             "them (allocate from a pool private to the graph)")
     pool.graph_owner = graph
-
-
-# -- pinned host memory ----------------------------------------------------------------
-
-
-class PinnedArray(np.ndarray):
-    """A NumPy array in (simulated) page-locked memory. An asynchronous copy
-    from it reads it later on the device, so the host may not write it until
-    that copy is known to be done: such a write raises RaceError. The reads
-    stay with the memory, which CuPy's pinned pool hands out again as soon
-    as the array is freed (see PinnedMemoryPool)."""
-
-    def __array_finalize__(self, obj):
-        self._pinned = getattr(obj, "_pinned", None)    # (block, lease)
-
-    def _reads(self):
-        if self._pinned is None:            # not from a pool: history of its own
-            self._pinned = (_PinnedBlock(0), None)
-        return self._pinned[0].reads
-
-    def note_device_read(self, key, seq):
-        reads = self._reads()
-        reads[key] = max(seq, reads.get(key, -1))
-
-    def __setitem__(self, index, value):
-        host = state.world().host_clock
-        for key, seq in self._reads().items():
-            if not host.covers(key, seq):
-                raise clocks.RaceError(_pinned_race(self._pinned[0], key, seq))
-        super().__setitem__(index, value)
-
-
-def _pinned_race(block, key, seq):
-    reused = (" (its memory was freed and handed out again by the pinned memory pool: "
-              "the buffer of that copy was released before the copy ran; keep it alive "
-              "until then, e.g. through stream.launch_host_func)") if block.handouts > 1 else ""
-    return (f"the host wrote a pinned buffer that an asynchronous copy on {key} (step "
-            f"{seq}) may still be reading{reused}: wait for that copy first")
-
-
-class _PinnedBlock:
-    """One cudaHostAlloc: its bytes and the device reads of them."""
-
-    def __init__(self, nbytes):
-        self.buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
-        self.reads = {}                 # stream key -> seq of asynchronous copies
-        self.handouts = 0
-
-
-class PinnedMemoryPool:
-    """cupy.cuda.PinnedMemoryPool, which cupyx.empty_pinned allocates from:
-    sizes rounded up to 512 bytes, and a freed buffer kept for, and handed out
-    at once to, the next request of that size, whatever still reads it."""
-
-    def __init__(self):
-        self._free_blocks = {}          # nbytes -> [_PinnedBlock]
-
-    def malloc(self, size):
-        nbytes = (int(size) + _ALIGN - 1) // _ALIGN * _ALIGN
-        free = self._free_blocks.get(nbytes)
-        block = free.pop() if free else _PinnedBlock(nbytes)
-        block.handouts += 1
-        return block, _PinnedLease(self, nbytes, block)
-
-    def _give_back(self, nbytes, block):
-        # NOTE: private: the simulator offers only names the installed CuPy has
-        # (tests/test_cupy_conformance.py)
-        self._free_blocks.setdefault(nbytes, []).append(block)
-
-    def n_free_blocks(self):
-        return sum(len(blocks) for blocks in self._free_blocks.values())
-
-    def free_all_blocks(self):
-        self._free_blocks.clear()
-
-
-class _PinnedLease:
-    """Gives its block back to the pool once no array uses it."""
-
-    def __init__(self, pool, nbytes, block):
-        weakref.finalize(self, pool._give_back, nbytes, block)
-
-
-def pinned_pool():
-    """The process's pinned memory pool (cupy.get_default_pinned_memory_pool())."""
-    world = state.world()
-    if getattr(world, "pinned_pool", None) is None:
-        world.pinned_pool = PinnedMemoryPool()
-    return world.pinned_pool
-
-
-def empty_pinned(shape, dtype=float, order="C"):
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    if nbytes == 0:
-        return np.empty(shape, dtype=dtype, order=order).view(PinnedArray)
-    block, lease = pinned_pool().malloc(nbytes)
-    out = block.buffer[:nbytes].view(dtype).reshape(shape, order=order).view(PinnedArray)
-    out._pinned = (block, lease)
-    return out
-
-
-def zeros_pinned(shape, dtype=float, order="C"):
-    out = empty_pinned(shape, dtype, order)
-    np.ndarray.fill(out, 0)
-    return out

@@ -9,7 +9,7 @@ import types
 
 import numpy as np
 
-from . import arrays, clock, devices, kernels, memory, nccl, state
+from . import arrays, clock, devices, kernels, memory, nccl, pinned, state
 
 
 def _names(text):
@@ -246,7 +246,7 @@ def build():
     cuda = _module("cupy.cuda", Device=devices.Device, Stream=clock.Stream, Event=clock.Event,
                    get_elapsed_time=clock.get_elapsed_time,
                    MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer,
-                   PinnedMemoryPool=memory.PinnedMemoryPool, using_allocator=using_allocator,
+                   PinnedMemoryPool=pinned.PinnedMemoryPool, using_allocator=using_allocator,
                    get_current_stream=get_current_stream,
                    runtime=runtime_module, memory=memory_module, graph=graph_module,
                    is_available=lambda: True)
@@ -256,13 +256,13 @@ def build():
     core = _module("cupy._core", _accelerator=accelerator, _routines_linalg=linalg)
     random = _module("cupy.random", default_rng=kernels.default_rng,
                      Generator=kernels.Generator)
-    cupyx = _module("cupyx", empty_pinned=memory.empty_pinned,
-                    zeros_pinned=memory.zeros_pinned)
+    cupyx = _module("cupyx", empty_pinned=pinned.empty_pinned,
+                    zeros_pinned=pinned.zeros_pinned)
     cupy = _module("cupy", __version__="14.2.0+simulated", ndarray=arrays.ndarray,
                    cuda=cuda, random=random, _core=core,
                    ElementwiseKernel=kernels.ElementwiseKernel, RawKernel=kernels.RawKernel,
                    get_default_memory_pool=state.default_pool,
-                   get_default_pinned_memory_pool=memory.pinned_pool, **_array_functions())
+                   get_default_pinned_memory_pool=pinned.pinned_pool, **_array_functions())
     global _CUPY
     _CUPY = cupy
     return {"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.runtime": runtime_module,
