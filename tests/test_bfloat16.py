@@ -332,7 +332,7 @@ def test_a_bfloat16_conv_net_hands_the_compiled_kernels_float32(monkeypatch, rng
     grad_x, grad_w = run_bf16("/cpu:0", build, x, w)
     assert grad_x.dtype == grad_w.dtype == BF16
     kernels = {name for name, _, _ in spy.seen}
-    # Winograd: one call per thread's part (AVX-512), else its kernels block by block
+    # Winograd: one call per thread's part (a vector path), else its kernels block by block
     assert "max_pool" in kernels and kernels & {"winograd_conv", "winograd_input"}, kernels
     # the data are float32 (winner bits uint8); the filter transform's matrix,
     # winograd_filter's first array, is float64 whatever the data

@@ -18,8 +18,8 @@ from towerflow.backends import cpu_threads, native, parallel_gemm
 
 needs_native = pytest.mark.skipif(
     not (native.VECTOR_GEMM and native.available()), reason="the compiled GEMM is not "
-    "built, switched off (TOWERFLOW_NATIVE=0), or the CPU lacks AVX-512 (then every GEMM "
-    "runs in NumPy)")
+    "built, switched off (TOWERFLOW_NATIVE=0, TOWERFLOW_ISA=generic), or the CPU has no "
+    "vector path (then every GEMM runs in NumPy)")
 
 # (m, k, n): tiles of 6 rows and panels of 32 float32 / 16 float64 columns,
 # ragged and whole; inner dimensions one short of, at and past 256 and 512; row
@@ -126,12 +126,21 @@ def _resident_bytes():
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.fixture
+def compiled_dense(monkeypatch):
+    """The compiled GEMM takes the dense layers' products on every vector path,
+    as it does on AVX-512 (on AVX2 OpenBLAS keeps them, see native.gemm_wins):
+    the tests using this check its results on the AVX2 path too."""
+    monkeypatch.setattr(native, "gemm_wins", lambda columns, dtype: native.VECTOR_GEMM and
+                        columns >= 128 // np.dtype(dtype).itemsize)
+
+
 @needs_native
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("transpose_a, transpose_b", TRANSPOSES, ids=TRANSPOSE_IDS)
 @pytest.mark.parametrize("m, k, n", [(50, 300, 1030), (700, 40, 48), (9, 64, 33)])
-def test_matmuls_split_across_the_pool_equal_one_part(pool, dtype, transpose_a,
-                                                      transpose_b, m, k, n):
+def test_matmuls_split_across_the_pool_equal_one_part(pool, compiled_dense, dtype,
+                                                      transpose_a, transpose_b, m, k, n):
     """Wider than tall: parts of whole column panels; taller: of whole row tiles."""
     a, b = operands(np.random.default_rng(3), m, k, n, transpose_a, transpose_b, dtype)
     split = parallel_gemm.compiled_matmul(pool, a, b, transpose_a, transpose_b)
@@ -142,7 +151,7 @@ def test_matmuls_split_across_the_pool_equal_one_part(pool, dtype, transpose_a,
 
 
 @needs_native
-def test_transposed_views_are_read_in_place_and_other_strides_left_to_numpy():
+def test_transposed_views_are_read_in_place_and_other_strides_left_to_numpy(compiled_dense):
     rng = np.random.default_rng(4)
     a, w = rng.standard_normal((20, 64)), rng.standard_normal((40, 64))
     assert_near_numpy(parallel_gemm.compiled_matmul(cpu_threads.SERIAL, a, w.T),
@@ -151,7 +160,8 @@ def test_transposed_views_are_read_in_place_and_other_strides_left_to_numpy():
 
 
 @needs_native
-def test_narrow_products_mixed_dtypes_and_the_switch_stay_on_numpy(monkeypatch):
+def test_narrow_products_mixed_dtypes_and_the_switch_stay_on_numpy(monkeypatch,
+                                                                  compiled_dense):
     rng = np.random.default_rng(5)
     a = rng.standard_normal((64, 128)).astype(np.float32)
     wide = rng.standard_normal((128, 32)).astype(np.float32)
@@ -167,14 +177,19 @@ def test_narrow_products_mixed_dtypes_and_the_switch_stay_on_numpy(monkeypatch):
 
 @pytest.mark.skipif(native._compiled is None or not os.path.exists("/proc/cpuinfo"),
                     reason="needs the compiled kernels and Linux's /proc/cpuinfo")
-def test_the_gemms_run_compiled_exactly_where_the_cpu_has_avx512():
+def test_the_gemms_run_compiled_exactly_on_the_paths_the_cpu_has():
     with open("/proc/cpuinfo") as cpuinfo:
         flags = next(line for line in cpuinfo if line.startswith("flags")).split()
-    assert native._compiled.gemm_vectorised() == ("avx512f" in flags)
+    fma = "fma" in flags
+    expected = (("avx512",) if "avx512f" in flags and fma else ()) + (
+        ("avx2",) if "avx2" in flags and fma else ())
+    assert native._compiled.gemm_paths() == expected
+    if native.FORCED_ISA is None:
+        assert native.GEMM_PATH == (expected[0] if expected else None)
 
 
-def test_without_avx512_every_gemm_is_left_to_numpy(monkeypatch):
-    # the GEMMs' 64-byte vectors ran 40x slower than OpenBLAS in AVX2 and default builds
+def test_without_a_vector_path_every_gemm_is_left_to_numpy(monkeypatch):
+    # the GEMMs' vectors, split into pieces, ran 40x slower than OpenBLAS on plain x86-64
     monkeypatch.setattr(native, "VECTOR_GEMM", False)
     rng = np.random.default_rng(8)
     a, w = rng.standard_normal((50, 300)), rng.standard_normal((300, 64))
@@ -189,17 +204,18 @@ def test_without_avx512_every_gemm_is_left_to_numpy(monkeypatch):
 
 
 @needs_native
-def test_a_panel_is_two_vectors_of_columns():
-    assert [native.gemm_wins(n, np.float32) for n in (31, 32, 1024)] == [False, True, True]
-    assert [native.gemm_wins(n, np.float64) for n in (15, 16)] == [False, True]
+def test_a_panel_is_two_vectors_of_columns_on_the_avx512_path():
+    wins = native.GEMM_PATH == "avx512"     # AVX2: OpenBLAS won on the dense products
+    assert [native.gemm_wins(n, np.float32) for n in (31, 32, 1024)] == [False, wins, wins]
+    assert [native.gemm_wins(n, np.float64) for n in (15, 16)] == [False, wins]
 
 
 # -- the MatMul op -------------------------------------------------------------------
 
 
 @pytest.fixture
-def compiled_calls(monkeypatch):
-    """How many parts of MatMuls ran on the compiled GEMM."""
+def compiled_calls(monkeypatch, compiled_dense):
+    """How many parts of MatMuls ran on the compiled GEMM (on every vector path)."""
     calls = []
     original = parallel_gemm._split_gemm
 

@@ -261,7 +261,8 @@ def splits_small_work(monkeypatch):
 def probes(monkeypatch, splits_small_work):
     """{probe: calls} counted through every probe of each FastPath (probes_of)."""
     if not native.available():
-        pytest.skip("the compiled kernels are not built (or TOWERFLOW_NATIVE=0)")
+        pytest.skip("the compiled kernels are not built (or TOWERFLOW_NATIVE=0, "
+                    "TOWERFLOW_ISA=generic)")
     calls = collections.Counter()
     for path in fast_paths.FAST_PATHS:
         for probe in fast_paths.probes_of(path):
@@ -301,9 +302,11 @@ def run_switched(probes, off, *args, **kwargs):
     return result
 
 
-# Probes of kernels that decline on this machine: the compiled GEMMs need AVX-512.
-# The aligned allocator is a module of its own, built only with NumPy's headers.
-DECLINED = (set() if native.VECTOR_GEMM else {"towerflow.backends.parallel_gemm:_split_gemm"}) | \
+# Probes of kernels that decline on this machine: the dense layers' products run
+# on the compiled GEMM only on the AVX-512 path (native.gemm_wins). The aligned
+# allocator is a module of its own, built only with NumPy's headers.
+DECLINED = (set() if native.gemm_wins(1024, np.float32) else
+            {"towerflow.backends.parallel_gemm:_split_gemm"}) | \
     (set() if aligned_memory.built() else {"towerflow.backends.aligned_memory:_Aligned.__enter__"})
 
 
@@ -381,6 +384,8 @@ def test_batch_sizes_train_like_the_plain_path(probes, network, batch):
                              FLOAT64_RTOL)
 
 
+@pytest.mark.skipif(not native.available(), reason="the convolutions run in cache blocks "
+                    "on the compiled kernels, which are not running")
 def test_batch_sizes_cross_every_boundary(monkeypatch, splits_small_work):
     images_per_block = set()
     original = conv_blocks._images_per_cache_block

@@ -21,13 +21,15 @@ from towerflow.backends import native, nn_kernels, pool_kernels
 from towerflow.backends.cpu_threads import SERIAL
 from towerflow.backends.window_geometry import _layout
 
-# The GEMMs run only where they are vectorised (AVX-512): elsewhere native.gemm declines.
+# The GEMMs run only on a vector path (AVX-512, or AVX2 with FMA): elsewhere
+# native.gemm declines.
 needs_vector_gemm = pytest.mark.skipif(
-    not native.VECTOR_GEMM, reason="the compiled GEMM is not built, or the CPU lacks "
-    "AVX-512 (then every GEMM runs in NumPy)")
+    not native.VECTOR_GEMM, reason="the compiled GEMM is not built, or the CPU has "
+    "neither AVX-512 nor AVX2 with FMA (then every GEMM runs in NumPy)")
 needs_native = pytest.mark.skipif(
-    native._compiled is None, reason="towerflow.backends._native is not built (no C compiler "
-    "when towerflow was installed): the NumPy kernels run instead")
+    not native.available(), reason="towerflow.backends._native is not built (no C compiler "
+    "when towerflow was installed) or is switched off (TOWERFLOW_NATIVE=0, "
+    "TOWERFLOW_ISA=generic): the NumPy kernels run instead")
 
 # (n, h, w, c, (kh, kw)) for pools whose windows tile the input (VALID, ksize ==
 # strides; up to 8 taps): cropped edges, more channels than one block of 64
@@ -61,7 +63,7 @@ def test_compiled_kernels_are_built_where_a_compiler_is():
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler!r}) on this machine")
     assert native._compiled is not None, "pip found a compiler but _native was not built"
-    assert native.available()
+    assert native.available() == (native.FORCED_ISA != "generic")
 
 
 def test_switched_off_by_the_environment(monkeypatch):
@@ -344,8 +346,8 @@ def test_a_split_product_gives_the_whole_products_bits(dtype, depth, columns):
 
 
 def test_the_compiled_gemm_runs_exactly_where_the_cpu_has_its_vectors():
-    """On a CPU without AVX-512 (an AVX2-only AMD EPYC, say) native.gemm
-    declines and writes nothing: its callers take the blocked GEMM instead."""
+    """On a CPU with neither vector path (a plain x86-64) native.gemm declines
+    and writes nothing: its callers take NumPy's GEMM instead."""
     a, b = np.ones((60, 50), np.float32), np.ones((50, 48), np.float32)
     out = np.full((60, 48), np.nan, np.float32)
     assert bool(native.gemm(a, b, out)) == native.VECTOR_GEMM
@@ -355,23 +357,34 @@ def test_the_compiled_gemm_runs_exactly_where_the_cpu_has_its_vectors():
         assert np.isnan(out).all()
 
 
-@pytest.mark.parametrize("isa, vector_gemm, running", [
-    ("avx2", False, True), ("generic", False, False), ("avx512", None, True)])
-def test_towerflow_isa_forces_a_path(isa, vector_gemm, running):
-    """TOWERFLOW_ISA=avx2 runs as an AVX2-only CPU (no compiled GEMM), generic
-    without compiled kernels; an unknown path is refused by name."""
+@pytest.mark.parametrize("isa, running", [("avx2", True), ("generic", False), ("avx512", True)])
+def test_towerflow_isa_forces_a_path(isa, running):
+    """TOWERFLOW_ISA=avx2 runs the GEMMs on the AVX2 path (where the CPU has AVX2
+    and FMA), avx512 on the AVX-512 one (where it has AVX-512: else none),
+    generic runs no compiled kernel; an unknown path is refused by name."""
     code = ("import json; from towerflow.backends import native; "
-            "print(json.dumps([native.VECTOR_GEMM, native.available()]))")
+            "print(json.dumps([native.GEMM_PATH, native.VECTOR_GEMM, native.available()]))")
     env = {**os.environ, "TOWERFLOW_ISA": isa}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True)
-    cpu_has_it = native._compiled is not None and native._compiled.gemm_vectorised()
-    expected_gemm = cpu_has_it if vector_gemm is None else vector_gemm
-    assert json.loads(done.stdout) == [expected_gemm, running and native.available()]
+    built = native._compiled is not None and os.environ.get("TOWERFLOW_NATIVE", "1") != "0"
+    path = isa if isa in native.GEMM_PATHS and built else None
+    assert json.loads(done.stdout) == [path, path is not None, running and built]
     env["TOWERFLOW_ISA"] = "sse2"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=False)
     assert "TOWERFLOW_ISA='sse2': expected one of avx512, avx2, generic" in done.stderr
+
+
+@needs_native
+def test_a_gemm_path_the_cpu_cannot_run_is_refused_by_name():
+    with pytest.raises(ValueError, match="'sse2' is no vector path"):
+        native._compiled.select_gemm_path("sse2")
+    missing = [path for path in ("avx512", "avx2") if path not in native.GEMM_PATHS]
+    for path in missing:
+        with pytest.raises(ValueError, match=f"this CPU cannot run the {path} path"):
+            native._compiled.select_gemm_path(path)
+    assert native._compiled.gemm_path() == native.GEMM_PATH     # unchanged
 
 
 @needs_vector_gemm

@@ -216,7 +216,7 @@ def test_the_pools_run_compiled_splits_and_serial_runs_at_once():
         np.testing.assert_array_equal(out, at_once(x, coefficients))
 
 
-@pytest.mark.skipif(not native.VECTOR_GEMM, reason="the compiled GEMM needs AVX-512")
+@pytest.mark.skipif(not native.VECTOR_GEMM, reason="the compiled GEMM needs AVX-512 or AVX2 with FMA")
 def test_gemm_im2col_and_col2im_record_and_give_the_bits_of_calls_run_at_once():
     rng = np.random.default_rng(11)
     x = rng.standard_normal((6, 5, 5, 3)).astype(np.float32)

@@ -186,7 +186,7 @@ def test_the_compiled_transforms_match_their_matrices():
     np.testing.assert_allclose(v, want, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.skipif(not native.VECTOR_GEMM, reason="the compiled GEMMs need AVX-512")
+@pytest.mark.skipif(not native.VECTOR_GEMM, reason="the compiled GEMMs need AVX-512 or AVX2 with FMA")
 @pytest.mark.parametrize("window", [3, 5])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("per_block", [1, 2, 3, 7])      # blocks that do and do not divide 5

@@ -305,7 +305,8 @@ def _print_host(host):
     if not compiled["running"]:
         print(f"compiled kernels: not running: {compiled['reason']}")
     else:
-        gemm = "AVX-512" if compiled["vector_gemm"] else \
+        gemm = {"avx512": "AVX-512", "avx2": "AVX2 + FMA"}[compiled["gemm_path"]] \
+            if compiled["vector_gemm"] else \
             f"not running: {compiled['vector_gemm_reason']}"
         print(f"compiled kernels: running; compiled GEMM: {gemm}")
     print("switches set: " + (", ".join(f"{name}={value}" for name, value in

@@ -17,7 +17,10 @@
  *   _native.c            this overview, the argument helpers, the method table
  *   native_window.c      bias + max pool, its gradient, im2col, col2im
  *   native_winograd.c    Winograd's transforms, F(4x4, 3x3) and F(2x2, 5x5)
- *   native_gemm.c        the register-blocked GEMM and Winograd's 36 GEMMs
+ *   native_gemm.c        the GEMMs' entry points and the choice of vector path
+ *   native_gemm_avx512.c, native_gemm_avx2.c
+ *                        the register-blocked GEMM and Winograd's 36 GEMMs
+ *                        (native_gemm_tiles.h) for each vector path
  *   native_batch_norm.c  training-mode batch norm, fused with a max pool or its gradient
  *   native_updates.c     the optimizer updates
  *   native_parts.c       run_parts: a kernel's parts on C threads, without the GIL
@@ -194,9 +197,15 @@ static PyMethodDef methods[] = {
      "gemm(geometry, a, b, c): a block of c = op(a) @ op(b), either operand transposed "
      "(the register-blocked kernel of Winograd's GEMMs; blocked and packed for deep inner "
      "dimensions; see native_gemm.c)."},
-    {"gemm_vectorised", py_gemm_vectorised, METH_NOARGS,
-     "gemm_vectorised(): whether gemm and winograd_gemms run on AVX-512 vectors (else "
-     "they are 40x slower than OpenBLAS: leave them to NumPy)."},
+    {"gemm_paths", py_gemm_paths, METH_NOARGS,
+     "gemm_paths(): the vector paths ('avx512', 'avx2') this CPU runs the GEMMs on, best "
+     "first; empty where it has neither (then leave GEMMs to NumPy)."},
+    {"gemm_path", py_gemm_path, METH_NOARGS,
+     "gemm_path(): the path gemm, winograd_gemms, winograd_conv and winograd_grad_sums run "
+     "on (the best at load), or None."},
+    {"select_gemm_path", py_select_gemm_path, METH_O,
+     "select_gemm_path(name): run every GEMM on that path from now on (one of gemm_paths(); "
+     "None: no path, the GEMM entry points refuse); call it before any GEMM runs."},
     {"winograd_gemms", py_winograd_gemms, METH_VARARGS,
      "winograd_gemms(geometry, u, w, m): the 36 GEMMs of a block of Winograd tiles "
      "(m[:, t] = u[:, t] @ w[t], or with sums m[t] += u[:, t]^T @ w[:, t]; see native_gemm.c)."},
@@ -223,6 +232,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
+    choose_gemm_path();
     if (init_parts() < 0) {
         PyErr_SetString(PyExc_RuntimeError, "_native: pthread_atfork failed");
         return NULL;

@@ -24,9 +24,14 @@ except ImportError as err:    # no compiler at install time: NumPy kernels only
     _compiled, _IMPORT_ERROR = None, err
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-# TOWERFLOW_ISA=avx2 runs as a CPU without AVX-512 would (the compiled GEMM
-# declines), so one AVX-512 machine can test that path; =generic runs no
-# compiled kernel. Read once, at import.
+# The compiled GEMMs (gemm, winograd_gemms, Winograd's convolutions) are built
+# for two vector paths, AVX-512 and AVX2 with FMA (native_gemm.h); the best one
+# the CPU runs is used. TOWERFLOW_ISA=avx2 runs an AVX-512 machine's GEMMs on
+# the AVX2 path, so one machine can test and time both; =avx512 asks for the
+# AVX-512 path (where the CPU lacks it, no compiled GEMM runs); =generic runs
+# no compiled kernel at all. The other kernels (pooling, transforms, batch norm,
+# updates) are GCC target_clones that follow the CPU whatever the switch. Read
+# once, at import.
 ISA_SWITCH, ISA_PATHS = "TOWERFLOW_ISA", ("avx512", "avx2", "generic")
 
 
@@ -37,11 +42,23 @@ def _forced_isa():
     return isa
 
 
+def _chosen_gemm_path():
+    """The vector path the compiled GEMMs run on (selected in the extension), or None
+    where none runs (then gemm and winograd_gemms decline and OpenBLAS runs them:
+    the kernels' vectors, split into pieces on a plain x86-64, ran 40x slower)."""
+    if _compiled is None:
+        return None
+    runs = _compiled.gemm_paths()
+    wanted = FORCED_ISA if FORCED_ISA in runs else (
+        runs[0] if runs and FORCED_ISA is None else None)
+    return _compiled.select_gemm_path(wanted)
+
+
 FORCED_ISA = _forced_isa()
-# The GEMMs' 64-byte vectors need AVX-512: elsewhere they ran 40x slower than
-# OpenBLAS, so gemm and winograd_gemms decline (see native_gemm.c's gemm_vectorised).
-VECTOR_GEMM = _compiled is not None and _compiled.gemm_vectorised() and \
-    FORCED_ISA in (None, "avx512")
+# The CPU's vector paths for the GEMMs, best first, and the one in use.
+GEMM_PATHS = tuple(_compiled.gemm_paths()) if _compiled is not None else ()
+GEMM_PATH = _chosen_gemm_path()
+VECTOR_GEMM = GEMM_PATH is not None
 
 
 def available():
@@ -54,8 +71,8 @@ def available():
 def status():
     """Which compiled kernels run here, and why not (``towerflow devices``)::
 
-        {"loaded": True, "running": True, "reason": None,
-         "vector_gemm": False, "vector_gemm_reason": "the CPU has no AVX-512 ..."}
+        {"loaded": True, "running": True, "reason": None, "vector_gemm": True,
+         "gemm_path": "avx2", "vector_gemm_reason": None}
     """
     if _compiled is None:
         reason = f"the _native extension is not built ({_IMPORT_ERROR}): NumPy kernels only"
@@ -65,11 +82,21 @@ def status():
         reason = "TOWERFLOW_NATIVE=0 turns them off: NumPy kernels only"
     else:
         reason = None
-    gemm_reason = None if VECTOR_GEMM or _compiled is None else (
-        f"{ISA_SWITCH}={FORCED_ISA}: " if FORCED_ISA else "the CPU has no AVX-512: ") + (
-        "the compiled GEMM and Winograd's tile products decline, OpenBLAS runs them")
     return {"loaded": _compiled is not None, "running": available(), "reason": reason,
-            "vector_gemm": bool(VECTOR_GEMM) and available(), "vector_gemm_reason": gemm_reason}
+            "vector_gemm": bool(VECTOR_GEMM) and available(),
+            "gemm_path": GEMM_PATH if available() else None,
+            "vector_gemm_reason": _gemm_reason()}
+
+
+def _gemm_reason():
+    if VECTOR_GEMM or _compiled is None:
+        return None
+    declines = "the compiled GEMM and Winograd's tile products decline, OpenBLAS runs them"
+    if FORCED_ISA == "generic":
+        return f"{ISA_SWITCH}=generic: {declines}"
+    if FORCED_ISA:
+        return f"{ISA_SWITCH}={FORCED_ISA} but the CPU cannot run that path: {declines}"
+    return f"the CPU has neither AVX-512 nor AVX2 with FMA: {declines}"
 
 
 def max_pool(x, lay, out, code=None, bias=None, relu=False):
@@ -245,7 +272,7 @@ def gemm(a, b, out, transpose_a=False, transpose_b=False, rows=None, columns=Non
     (start, stop) range each) only that block of ``out`` is written (the
     parts of a split product). Any width is taken. False where it does not
     apply (then nothing is written): C-contiguous float32 or float64 NumPy
-    arrays of one dtype only, on a CPU with AVX-512 (:data:`VECTOR_GEMM`).
+    arrays of one dtype only, on a CPU with AVX-512 or AVX2 (:data:`VECTOR_GEMM`).
 
     Example::
 
@@ -277,31 +304,37 @@ def gemm_takes(columns, *arrays):
 def gemm_applies(*arrays):
     """Whether :func:`gemm` takes these arrays (operands and output alike:
     C-contiguous 2-D float32 or float64 NumPy arrays of one dtype, on a CPU
-    with AVX-512); their shapes it checks itself."""
+    with AVX-512 or AVX2); their shapes it checks itself."""
     return VECTOR_GEMM and accepts(*arrays) and all(array.ndim == 2 for array in arrays) \
         and _same_floats(*arrays)
 
 
 def vector_columns(columns, dtype):
-    """Whether the compiled GEMM takes products ``columns`` wide: whole AVX-512
-    vectors (16 float32 or 8 float64 values); narrower remainders ran at a
-    tenth of OpenBLAS's speed, so they are left to NumPy."""
+    """Whether the compiled GEMM takes products ``columns`` wide: whole 64-byte
+    vectors (16 float32 or 8 float64 values: one AVX-512 vector, two AVX2 ones,
+    on either path); narrower remainders ran at a tenth of OpenBLAS's speed,
+    so they are left to NumPy."""
     return columns % (64 // np.dtype(dtype).itemsize) == 0
 
 
 # The blocked kernel's column panels are two vectors wide: products narrower
-# than one panel (a 10-way logits layer) ran at 0.2-0.6x OpenBLAS's speed.
+# than one panel (a 10-way logits layer) ran at 0.2-0.6x OpenBLAS's speed. On
+# the AVX2 path the blocked kernel ran the dense layers' products at 0.81-0.91x
+# OpenBLAS's Haswell kernels (benchmarks/dense_gemm.py, table 1, TOWERFLOW_ISA=avx2
+# OPENBLAS_CORETYPE=Haswell on a Xeon with AVX-512, one thread, 2026-11-29): there
+# OpenBLAS keeps them; the convolutions' narrow products still run compiled.
 def gemm_wins(columns, dtype):
     """Whether the compiled GEMM beats OpenBLAS on products ``columns`` wide:
-    at least one panel of two vectors (32 float32 or 16 float64 values), on a
-    CPU where it runs vectorised (:data:`VECTOR_GEMM`).
+    at least one panel of two vectors (32 float32 or 16 float64 values), on
+    the AVX-512 path (:data:`GEMM_PATH`).
 
     Example::
 
         >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)   # with AVX-512
         (True, False)
     """
-    return VECTOR_GEMM and columns >= 128 // np.dtype(dtype).itemsize  # 2 x 64 bytes
+    return VECTOR_GEMM and GEMM_PATH == "avx512" and \
+        columns >= 128 // np.dtype(dtype).itemsize
 
 
 def winograd_gemms(u, first_tile, w, m, sums=False):

@@ -24,7 +24,8 @@ typedef struct {
 #define BLOCK 64
 
 /* Hot loops are compiled for AVX-512, AVX2 and plain x86-64, and the CPU picks
- * one at load time (GCC's target_clones): one build runs everywhere. */
+ * one at load time (GCC's target_clones): one build runs everywhere. (The GEMMs
+ * are compiled per path instead, and chosen at run time: see native_gemm.h.) */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -140,6 +141,11 @@ NATIVE_HIDDEN int init_parts(void);
 NATIVE_HIDDEN void winograd_gemms_of(char kind, const void *u, const void *w, void *m,
                                      Py_ssize_t first, Py_ssize_t tiles, Py_ssize_t c,
                                      Py_ssize_t o, int sums);
+/* native_gemm.c: 0 if a vector path is chosen for the GEMMs, else -1 with a
+ * ValueError naming the caller (winograd_gemms_of needs one) */
+NATIVE_HIDDEN int need_gemm_path(const char *caller);
+/* native_gemm.c: the best vector path this CPU runs (the module's load) */
+NATIVE_HIDDEN void choose_gemm_path(void);
 
 /* -- entry points of the method table ---------------------------------------------- */
 
@@ -158,7 +164,9 @@ NATIVE_HIDDEN PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args);
 /* native_gemm.c */
 NATIVE_HIDDEN PyObject *py_winograd_gemms(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_gemm(PyObject *self, PyObject *args);
-NATIVE_HIDDEN PyObject *py_gemm_vectorised(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_gemm_paths(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_gemm_path(PyObject *self, PyObject *args);
+NATIVE_HIDDEN PyObject *py_select_gemm_path(PyObject *self, PyObject *arg);
 /* native_batch_norm.c */
 NATIVE_HIDDEN PyObject *py_batch_norm_sums(PyObject *self, PyObject *args);
 NATIVE_HIDDEN PyObject *py_batch_norm_apply(PyObject *self, PyObject *args);

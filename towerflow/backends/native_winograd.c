@@ -411,7 +411,7 @@ PyObject *py_winograd_conv(PyObject *self, PyObject *args)
         return NULL;
     char kind = float_kind(x_obj, "x");
     PartBlocks b;
-    if (!kind || read_part_blocks(shape, &b, kind) < 0)
+    if (!kind || need_gemm_path("winograd_conv") < 0 || read_part_blocks(shape, &b, kind) < 0)
         return NULL;
     const WinogradGeometry *g = &b.part;
     const Py_ssize_t block_tiles = (b.block < g->n ? b.block : g->n) * PER_IMAGE(g);
@@ -464,7 +464,8 @@ PyObject *py_winograd_grad_sums(PyObject *self, PyObject *args)
         return NULL;
     char kind = float_kind(grad_obj, "grad");
     PartBlocks b;
-    if (!kind || read_part_blocks(shape, &b, kind) < 0)
+    if (!kind || need_gemm_path("winograd_grad_sums") < 0
+        || read_part_blocks(shape, &b, kind) < 0)
         return NULL;
     const WinogradGeometry *g = &b.part;
     if (!b.kept) {
