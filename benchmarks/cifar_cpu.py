@@ -33,7 +33,10 @@ step does the same) and PyTorch's SGD adds ``wd * var`` to the gradient: the
 same work, not the same numbers; this benchmark compares speed only.
 
     python benchmarks/cifar_cpu.py [--batches 64,128,256] [--rounds 5] [--steps 10]
-        [--json benchmarks/results/cifar_cpu.json]
+        [--isa avx2|avx512] [--json benchmarks/results/cifar_cpu.json]
+
+``--isa avx2`` holds every framework to AVX2 kernels, as on an AVX2-only CPU
+(see vector_path.py).
 
 A framework that is not installed gets a "not installed" row.
 """
@@ -46,6 +49,7 @@ import time
 
 import gpu_peers
 import numpy as np
+import vector_path
 
 import towerflow as tf
 from towerflow import training
@@ -310,7 +314,8 @@ def versions(**modules):
     found = {name: getattr(module, "__version__", None) for name, module in modules.items()}
     return dict(found, numpy=np.__version__, python=platform.python_version(),
                 cpus=os.cpu_count(), openblas_core=openblas_core(),
-                openblas_coretype_env=os.environ.get("OPENBLAS_CORETYPE"))
+                openblas_coretype_env=os.environ.get("OPENBLAS_CORETYPE"),
+                vector_path=vector_path.record(modules.get("torch")))
 
 
 def openblas_core():
@@ -335,7 +340,10 @@ def peer_arguments(doc, name, batches, steps):
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
                                                        f"{name}.json"))
-    return parser.parse_args()
+    vector_path.add_argument(parser)
+    args = parser.parse_args()
+    vector_path.hold(args.isa)
+    return args
 
 
 def main():

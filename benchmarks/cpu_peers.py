@@ -9,7 +9,7 @@ same machine state:
   (c) CNN conv3x3(3→32) relu maxpool2 conv3x3(32→64) relu maxpool2
       dense(4096→10), batch 64, input 32×32×3, momentum SGD
 
-    python benchmarks/cpu_peers.py [--rounds 7] [--steps 30] [--json FILE]
+    python benchmarks/cpu_peers.py [--rounds 7] [--steps 30] [--isa avx2|avx512] [--json FILE]
 
 Prints a table (samples/s, median over rounds; ratio towerflow / PyTorch) and
 writes JSON (default benchmarks/results/cpu_peers.json). PyTorch is skipped
@@ -24,6 +24,7 @@ import statistics
 import time
 
 import numpy as np
+import vector_path
 
 import towerflow as tf
 from towerflow.device import host
@@ -151,7 +152,9 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results",
                                                        "cpu_peers.json"))
+    vector_path.add_argument(parser)
     args = parser.parse_args()
+    vector_path.hold(args.isa)
     torch = import_torch()
     rows = []
     for name in args.models.split(","):
@@ -177,6 +180,7 @@ def write_json(path, rows, torch):
         json.dump({"benchmark": "cpu_peers", "unit": "samples/s", "rows": rows,
                    "numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                    "python": platform.python_version(), "cpus": os.cpu_count(),
+                   "vector_path": vector_path.record(torch),
                    "machine": host.describe()}, out, indent=2)
     print(f"wrote {path}")
 

@@ -2,7 +2,9 @@
 report rests on: the FLOP count per training step, peers that run the same
 network (parameter counts) and really train, and rows for missing peers."""
 
+import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -83,3 +85,20 @@ def test_the_json_names_the_openblas_kernels_towerflow_s_gemms_ran_on():
     if chosen:      # OpenBLAS runs the kernel set the variable names
         assert recorded["openblas_core"].lower() == chosen.lower()
         assert recorded["openblas_coretype_env"] == chosen
+
+
+def test_isa_avx2_restarts_the_benchmark_with_every_framework_held_to_avx2():
+    """--isa avx2: towerflow's GEMMs, OpenBLAS and PyTorch all on AVX2 kernels, set
+    before any of them loads (a restart), and recorded in the JSON."""
+    benchmarks = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); import vector_path; "
+              "vector_path.hold('avx2'); from towerflow.backends import native; "
+              "print(json.dumps([vector_path.record(), native.FORCED_ISA]))")
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("TOWERFLOW_ISA", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY")}
+    done = subprocess.run([sys.executable, "-c", script, benchmarks], env=env,
+                          capture_output=True, text=True, check=True, timeout=120)
+    recorded, forced = json.loads(done.stdout.splitlines()[-1])
+    assert recorded == {"ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell",
+                        "TOWERFLOW_ISA": "avx2"}
+    assert forced == "avx2"
