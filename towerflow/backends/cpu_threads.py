@@ -20,14 +20,19 @@ and they run on C threads that never take the GIL (native.run_parts): a
 hand-off to a Python thread cost about 50 us on a 2-core VM, one to a
 spinning C thread under 1 us.
 
-NOTE: OpenBLAS is single-threaded once the pool runs. Its worker threads
-spin for ~0.1 s after every GEMM they share; on a machine with few cores
-they steal the cores that the next kernel splits across. GEMMs over long
-batches of rows (convolutions) are split across the pool instead; the
-others, where OpenBLAS's threads share packed operands and start at once,
-get them back for their duration (:meth:`WorkerPool.blas_threads`).
-TOWERFLOW_CPU_THREADS=1 turns the pool off (OpenBLAS keeps its threads); =N
-sizes it.
+NOTE: one threading layer at a time. Once the pool runs, the BLAS NumPy
+uses (OpenBLAS, MKL, BLIS: whichever threadpoolctl finds) is held to one
+thread: OpenBLAS's worker threads spin for ~0.1 s after every GEMM they
+share, and on a machine with few cores they steal the cores that the next
+kernel splits across. GEMMs over long batches of rows (convolutions) are
+split across the pool instead; the others, where OpenBLAS's threads share
+packed operands and start at once, get them back for their duration
+(:meth:`WorkerPool.blas_threads`), but only while the cores are free: beside
+other busy processes a thread of that GEMM waits for a core while the others
+spin (an MLP step ran up to 30 times slower, on twice the CPU seconds), so
+while this process's threads wait on the run queues (:class:`Contention`)
+BLAS keeps one thread. TOWERFLOW_CPU_THREADS=N sizes the pool; =1 turns it
+off and holds BLAS to one thread too.
 """
 
 import contextlib
@@ -35,6 +40,7 @@ import ctypes
 import os
 import queue
 import threading
+import time
 import weakref
 
 from . import native
@@ -111,7 +117,7 @@ _NO_CONTEXT = contextlib.nullcontext()
 
 
 class _BlasThreads:
-    """OpenBLAS at ``count`` threads inside the ``with`` block, one after it."""
+    """BLAS at ``count`` threads inside the ``with`` block, one after it."""
 
     def __init__(self, count):
         self.count = count
@@ -148,7 +154,8 @@ class WorkerPool(Serial):
         self._inboxes = []
         self._done = queue.SimpleQueue()
         self._pid = None
-        self._blas_threads = None     # OpenBLAS's own count, once made single-threaded
+        self._blas_threads = None     # BLAS's own count, once held to one thread
+        self.contention = Contention()
         _POOLS.add(self)
 
     def parts(self, size, elements):
@@ -178,17 +185,17 @@ class WorkerPool(Serial):
         return min(size, parts)
 
     def blas_threads(self, flops):
-        """OpenBLAS's threads for an unsplit GEMM of MIN_PARALLEL_FLOPS or more;
-        one thread otherwise.
+        """BLAS's threads for an unsplit GEMM of MIN_PARALLEL_FLOPS or more
+        while the cores are free (:class:`Contention`); one thread otherwise.
 
-        NOTE: the first call starts the pool, which makes OpenBLAS
-        single-threaded: even a graph of small GEMMs only, which never splits
-        work, must not leave OpenBLAS's threads spinning between its calls
-        (on a busy 2-core machine that made small GEMMs up to 50x slower)."""
-        if self.workers == 1:
-            return _NO_CONTEXT
+        NOTE: the first call starts the pool, which holds BLAS to one thread:
+        even a graph of small GEMMs only, which never splits work, must not
+        leave OpenBLAS's threads spinning between its calls (on a busy 2-core
+        machine that made small GEMMs up to 50x slower). A pool of one worker
+        (TOWERFLOW_CPU_THREADS=1) never gives them back."""
         self._start()
-        if flops < MIN_PARALLEL_FLOPS or not self._blas_threads:
+        if (flops < MIN_PARALLEL_FLOPS or self.workers == 1 or not self._blas_threads
+                or self.contention.contended()):
             return _NO_CONTEXT
         return _BlasThreads(self._blas_threads)
 
@@ -232,7 +239,8 @@ class WorkerPool(Serial):
             raise job.errors[min(job.errors)]
 
     def _start(self):
-        """Start the threads (again in a forked child: threads do not survive fork)."""
+        """Start the threads (again in a forked child: threads do not survive
+        fork) and hold BLAS to one thread."""
         if self._pid == os.getpid():
             return
         with self._starting:
@@ -251,6 +259,7 @@ class WorkerPool(Serial):
     def _after_fork(self):
         self._busy, self._starting = threading.Lock(), threading.Lock()
         self._pid = None
+        self.contention = Contention()
 
 
 def _serve(inbox, done):
@@ -296,30 +305,120 @@ def split(size, count):
     return [(size * i // count, size * (i + 1) // count) for i in range(count)]
 
 
-# -- OpenBLAS ----------------------------------------------------------------------------
-
-_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads64_", "openblas_set_num_threads")
-_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-            "openblas_get_num_threads64_", "openblas_get_num_threads")
-_blas_api = None
+# -- how busy the cores are ------------------------------------------------------------
 
 
-def _openblas_api():
-    """[(set_num_threads, get_num_threads)] of every OpenBLAS this process has
-    loaded (found through /proc/self/maps: Linux only; [] elsewhere)."""
-    global _blas_api
-    if _blas_api is None:
-        _blas_api = []
-        for library in _loaded_openblas():
-            setter = _function(library, _SETTERS, [ctypes.c_int], None)
-            getter = _function(library, _GETTERS, [], ctypes.c_int)
-            if setter is not None and getter is not None:
-                _blas_api.append((setter, getter))
-    return _blas_api
+class Contention:
+    """Whether other threads compete for this process's cores: the time its
+    threads waited on the run queues (Linux's /proc/self/task/*/schedstat,
+    second field) over the last :attr:`WINDOW_S` seconds or more, as a
+    fraction of those seconds, above :attr:`THRESHOLD`. A contended finding
+    holds for :attr:`HOLD_S` seconds before the next look.
+
+    The threads that wait may be this process's own (more runnable threads
+    than cores: two threading layers at once) or other processes' (a busy
+    machine); either way BLAS's threads would make it worse. Where there is
+    no schedstat (not Linux, no CONFIG_SCHEDSTATS) the cores count as free.
+
+        >>> Contention().contended()      # on a quiet machine
+        False
+    """
+
+    WINDOW_S = 0.05
+    THRESHOLD = 0.05     # of one core: 2.5 ms waited in a 50 ms window
+    HOLD_S = 1.0
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._since, self._waited = None, None
+        self._held_until = 0.0
+        self._state = False
+
+    def contended(self):
+        now = time.monotonic()
+        if now < self._held_until or (self._since is not None
+                                      and now - self._since < self.WINDOW_S):
+            return self._state
+        if not self._lock.acquire(blocking=False):
+            return self._state
+        try:
+            waited = run_queue_wait_s()
+            if waited is None:
+                return False
+            if self._since is not None:
+                self._state = (waited - self._waited) / (now - self._since) > self.THRESHOLD
+                if self._state:
+                    self._held_until = now + self.HOLD_S
+            self._since, self._waited = now, waited
+            return self._state
+        finally:
+            self._lock.release()
+
+
+def run_queue_wait_s():
+    """Seconds this process's live threads have waited on run queues, runnable
+    but not running (their schedstat's run_delay summed); None without
+    /proc/self/task/*/schedstat."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total, found = 0, False
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat", "rb") as stat:
+                total += int(stat.read().split()[1])
+                found = True
+        except (OSError, IndexError, ValueError):
+            pass        # a thread that ended meanwhile
+    return total / 1e9 if found else None
+
+
+# -- BLAS ------------------------------------------------------------------------------
+
+# threadpoolctl: a well-kept library (scikit-learn's) that knows every BLAS
+# vendor's thread API (OpenBLAS with either threading layer, MKL, BLIS,
+# FlexiBLAS) and finds the copies a process has loaded on Linux, macOS and
+# Windows; the ctypes code it replaces knew OpenBLAS on Linux only.
+_blas_libraries = None
+
+
+def _blas_controllers():
+    """threadpoolctl's controllers of every BLAS this process has loaded (found
+    once; [] without threadpoolctl)."""
+    global _blas_libraries
+    if _blas_libraries is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _blas_libraries = []
+        else:
+            _blas_libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    return _blas_libraries
+
+
+def set_blas_threads(count):
+    """Set the thread count of every BLAS loaded; False if none was found:
+    kernels stay correct, only slower.
+
+    NOTE: threadpoolctl lets one Python thread at a time set OpenBLAS's
+    (process-wide) count: from another, while that one lives, this changes
+    nothing."""
+    libraries = _blas_controllers()
+    for library in libraries:
+        library.set_num_threads(count)
+    return bool(libraries)
+
+
+def get_blas_threads():
+    """The thread count of the first BLAS loaded, or None."""
+    libraries = _blas_controllers()
+    return libraries[0].get_num_threads() if libraries else None
 
 
 def _loaded_openblas():
+    """ctypes handles of every OpenBLAS this process has loaded (found through
+    /proc/self/maps: Linux only; [] elsewhere): benchmarks name its kernels."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split(None, 5)[5].strip() for line in maps
@@ -333,30 +432,6 @@ def _loaded_openblas():
         except OSError:
             pass
     return libraries
-
-
-def _function(library, names, argtypes, restype):
-    for name in names:
-        function = getattr(library, name, None)
-        if function is not None:
-            function.argtypes, function.restype = argtypes, restype
-            return function
-    return None
-
-
-def set_blas_threads(count):
-    """Set OpenBLAS's thread count; False if no OpenBLAS was found (another BLAS,
-    not Linux): kernels stay correct, only slower."""
-    api = _openblas_api()
-    for setter, _ in api:
-        setter(count)
-    return bool(api)
-
-
-def get_blas_threads():
-    """OpenBLAS's thread count (of the first one loaded), or None."""
-    api = _openblas_api()
-    return api[0][1]() if api else None
 
 
 def cpu_pool():
