@@ -25,7 +25,7 @@ of one thread per usable core; PyTorch: its own thread count), each child
 with the environment of this script.
 
     python benchmarks/busy_machine.py [--jobs mlp,cifar10] [--neighbours N]
-        [--rounds 1] [--json benchmarks/results/busy_machine.json]
+        [--rounds 1] [--isa avx2|avx512] [--json benchmarks/results/busy_machine.json]
 
 With ``--rounds`` above 1 each measurement is the median of that many
 children (quiet and busy alternating). PyTorch gets "not installed" rows
@@ -40,6 +40,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import vector_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FRAMEWORKS = ("towerflow", "pytorch")
@@ -276,7 +278,9 @@ def main():
     parser.add_argument("--cifar-steps", type=int, default=20)
     parser.add_argument("--cifar-batch", type=int, default=64)
     parser.add_argument("--json", default=os.path.join(HERE, "results", "busy_machine.json"))
+    vector_path.add_argument(parser)
     args = parser.parse_args()
+    vector_path.hold(args.isa)          # the children inherit the switches
     rows = []
     for job in args.jobs.split(","):
         for framework in args.frameworks.split(","):
@@ -292,7 +296,8 @@ def main():
                            "mlp": {"sizes": MLP_SIZES, "batch": MLP_BATCH,
                                    "steps": args.mlp_steps},
                            "cifar10": {"batch": args.cifar_batch, "steps": args.cifar_steps},
-                           "rows": rows, "versions": versions()})
+                           "rows": rows, "versions": versions(),
+                           "vector_path": vector_path.record()})
 
 
 if __name__ == "__main__":

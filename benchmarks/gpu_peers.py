@@ -272,10 +272,14 @@ def p6_table(args):
 
 
 def import_torch():
+    """PyTorch where it can run on a CUDA GPU here, else None (and why)."""
     try:
         import torch
     except ImportError:
         print("PyTorch is not installed: measuring towerflow alone")
+        return None
+    if not torch.cuda.is_available():       # a CPU build, or no driver / GPU
+        print(f"PyTorch {torch.__version__} has no CUDA GPU here: measuring towerflow alone")
         return None
     return torch
 

@@ -3,8 +3,8 @@
 One AVX-512 machine can then measure what an AVX2-only CPU (an AMD EPYC
 before Zen 4, say) runs: towerflow's compiled GEMMs on their AVX2 kernels
 (``TOWERFLOW_ISA``), NumPy's OpenBLAS on its Haswell kernels
-(``OPENBLAS_CORETYPE``) and PyTorch's ATen and oneDNN kernels on AVX2
-(``ATEN_CPU_CAPABILITY``). Each is read when its library loads, so the
+(``OPENBLAS_CORETYPE``) and PyTorch's ATen, oneDNN and MKL kernels on AVX2
+(``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``). Each is read when its library loads, so the
 script restarts itself with them set (``hold``) before it imports any.
 What a run used goes into its JSON (``record``).
 """
@@ -12,11 +12,16 @@ What a run used goes into its JSON (``record``).
 import os
 import sys
 
+# NOTE: PyTorch's ATen kernels, its oneDNN convolutions and its MKL GEMMs each
+# pick their instructions themselves: with ATEN_CPU_CAPABILITY alone its
+# convolutions still ran on AVX-512.
 SWITCHES = {
     "avx2": {"TOWERFLOW_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell",
-             "ATEN_CPU_CAPABILITY": "avx2"},
+             "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
     "avx512": {"TOWERFLOW_ISA": "avx512", "OPENBLAS_CORETYPE": "SkylakeX",
-               "ATEN_CPU_CAPABILITY": "avx512"},
+               "ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+               "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
 }
 
 

@@ -94,11 +94,13 @@ def test_isa_avx2_restarts_the_benchmark_with_every_framework_held_to_avx2():
     script = ("import json, sys; sys.path.insert(0, sys.argv[1]); import vector_path; "
               "vector_path.hold('avx2'); from towerflow.backends import native; "
               "print(json.dumps([vector_path.record(), native.FORCED_ISA]))")
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("TOWERFLOW_ISA", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY")}
+    switches = ("TOWERFLOW_ISA", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY",
+                "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+    env = {name: value for name, value in os.environ.items() if name not in switches}
     done = subprocess.run([sys.executable, "-c", script, benchmarks], env=env,
                           capture_output=True, text=True, check=True, timeout=120)
     recorded, forced = json.loads(done.stdout.splitlines()[-1])
     assert recorded == {"ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell",
-                        "TOWERFLOW_ISA": "avx2"}
+                        "TOWERFLOW_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                        "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
     assert forced == "avx2"

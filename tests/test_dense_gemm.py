@@ -126,21 +126,12 @@ def _resident_bytes():
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.fixture
-def compiled_dense(monkeypatch):
-    """The compiled GEMM takes the dense layers' products on every vector path,
-    as it does on AVX-512 (on AVX2 OpenBLAS keeps them, see native.gemm_wins):
-    the tests using this check its results on the AVX2 path too."""
-    monkeypatch.setattr(native, "gemm_wins", lambda columns, dtype: native.VECTOR_GEMM and
-                        columns >= 128 // np.dtype(dtype).itemsize)
-
-
 @needs_native
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("transpose_a, transpose_b", TRANSPOSES, ids=TRANSPOSE_IDS)
 @pytest.mark.parametrize("m, k, n", [(50, 300, 1030), (700, 40, 48), (9, 64, 33)])
-def test_matmuls_split_across_the_pool_equal_one_part(pool, compiled_dense, dtype,
-                                                      transpose_a, transpose_b, m, k, n):
+def test_matmuls_split_across_the_pool_equal_one_part(pool, dtype, transpose_a,
+                                                      transpose_b, m, k, n):
     """Wider than tall: parts of whole column panels; taller: of whole row tiles."""
     a, b = operands(np.random.default_rng(3), m, k, n, transpose_a, transpose_b, dtype)
     split = parallel_gemm.compiled_matmul(pool, a, b, transpose_a, transpose_b)
@@ -151,7 +142,7 @@ def test_matmuls_split_across_the_pool_equal_one_part(pool, compiled_dense, dtyp
 
 
 @needs_native
-def test_transposed_views_are_read_in_place_and_other_strides_left_to_numpy(compiled_dense):
+def test_transposed_views_are_read_in_place_and_other_strides_left_to_numpy():
     rng = np.random.default_rng(4)
     a, w = rng.standard_normal((20, 64)), rng.standard_normal((40, 64))
     assert_near_numpy(parallel_gemm.compiled_matmul(cpu_threads.SERIAL, a, w.T),
@@ -160,8 +151,7 @@ def test_transposed_views_are_read_in_place_and_other_strides_left_to_numpy(comp
 
 
 @needs_native
-def test_narrow_products_mixed_dtypes_and_the_switch_stay_on_numpy(monkeypatch,
-                                                                  compiled_dense):
+def test_narrow_products_mixed_dtypes_and_the_switch_stay_on_numpy(monkeypatch):
     rng = np.random.default_rng(5)
     a = rng.standard_normal((64, 128)).astype(np.float32)
     wide = rng.standard_normal((128, 32)).astype(np.float32)
@@ -204,18 +194,17 @@ def test_without_a_vector_path_every_gemm_is_left_to_numpy(monkeypatch):
 
 
 @needs_native
-def test_a_panel_is_two_vectors_of_columns_on_the_avx512_path():
-    wins = native.GEMM_PATH == "avx512"     # AVX2: OpenBLAS won on the dense products
-    assert [native.gemm_wins(n, np.float32) for n in (31, 32, 1024)] == [False, wins, wins]
-    assert [native.gemm_wins(n, np.float64) for n in (15, 16)] == [False, wins]
+def test_a_panel_is_two_vectors_of_columns():
+    assert [native.gemm_wins(n, np.float32) for n in (31, 32, 1024)] == [False, True, True]
+    assert [native.gemm_wins(n, np.float64) for n in (15, 16)] == [False, True]
 
 
 # -- the MatMul op -------------------------------------------------------------------
 
 
 @pytest.fixture
-def compiled_calls(monkeypatch, compiled_dense):
-    """How many parts of MatMuls ran on the compiled GEMM (on every vector path)."""
+def compiled_calls(monkeypatch):
+    """How many parts of MatMuls ran on the compiled GEMM."""
     calls = []
     original = parallel_gemm._split_gemm
 

@@ -302,11 +302,10 @@ def run_switched(probes, off, *args, **kwargs):
     return result
 
 
-# Probes of kernels that decline on this machine: the dense layers' products run
-# on the compiled GEMM only on the AVX-512 path (native.gemm_wins). The aligned
-# allocator is a module of its own, built only with NumPy's headers.
-DECLINED = (set() if native.gemm_wins(1024, np.float32) else
-            {"towerflow.backends.parallel_gemm:_split_gemm"}) | \
+# Probes of kernels that decline on this machine: the compiled GEMMs need AVX-512
+# or AVX2 with FMA. The aligned allocator is a module of its own, built only with
+# NumPy's headers.
+DECLINED = (set() if native.VECTOR_GEMM else {"towerflow.backends.parallel_gemm:_split_gemm"}) | \
     (set() if aligned_memory.built() else {"towerflow.backends.aligned_memory:_Aligned.__enter__"})
 
 

@@ -318,23 +318,24 @@ def vector_columns(columns, dtype):
 
 
 # The blocked kernel's column panels are two vectors wide: products narrower
-# than one panel (a 10-way logits layer) ran at 0.2-0.6x OpenBLAS's speed. On
-# the AVX2 path the blocked kernel ran the dense layers' products at 0.81-0.91x
-# OpenBLAS's Haswell kernels (benchmarks/dense_gemm.py, table 1, TOWERFLOW_ISA=avx2
-# OPENBLAS_CORETYPE=Haswell on a Xeon with AVX-512, one thread, 2026-11-29): there
-# OpenBLAS keeps them; the convolutions' narrow products still run compiled.
+# than one panel (a 10-way logits layer) ran at 0.2-0.6x OpenBLAS's speed.
+# NOTE: on the AVX2 path one thread of the blocked kernel ran the dense layers'
+# products at 0.81-0.91x OpenBLAS's Haswell kernels, but split over the pool's
+# two threads at 0.85-1.80x, and the cpu_peers MLP's step took 3.53 ms against
+# 4.92 on OpenBLAS (benchmarks/dense_gemm.py, tables 1-3, TOWERFLOW_ISA=avx2
+# OPENBLAS_CORETYPE=Haswell, Xeon with AVX-512, 2 cores, 2026-11-29): both paths
+# take them.
 def gemm_wins(columns, dtype):
     """Whether the compiled GEMM beats OpenBLAS on products ``columns`` wide:
-    at least one panel of two vectors (32 float32 or 16 float64 values), on
-    the AVX-512 path (:data:`GEMM_PATH`).
+    at least one panel of two vectors (32 float32 or 16 float64 values), on a
+    CPU where it runs vectorised (:data:`VECTOR_GEMM`).
 
     Example::
 
-        >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)   # with AVX-512
+        >>> gemm_wins(1024, np.float32), gemm_wins(10, np.float32)   # AVX-512 or AVX2
         (True, False)
     """
-    return VECTOR_GEMM and GEMM_PATH == "avx512" and \
-        columns >= 128 // np.dtype(dtype).itemsize
+    return VECTOR_GEMM and columns >= 128 // np.dtype(dtype).itemsize  # 2 x 64 bytes
 
 
 def winograd_gemms(u, first_tile, w, m, sums=False):
