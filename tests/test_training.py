@@ -123,6 +123,8 @@ def test_devices_says_which_cpu_which_compiled_kernels_run_and_the_switches_set(
     assert host["compiled_kernels"]["running"] == native.available()
     assert host["compiled_kernels"]["vector_gemm"] == (native.VECTOR_GEMM and
                                                        native.available())
+    assert host["compiled_kernels"]["gemm_path"] == (native.GEMM_PATH if native.available()
+                                                     else None)
     monkeypatch.setattr(native, "VECTOR_GEMM", False)       # a CPU with no vector path
     assert cli.main(["devices"]) == 0
     text = capsys.readouterr().out
