@@ -12,7 +12,7 @@ Errors print one line and exit non-zero; ``--debug`` shows the traceback.
 import argparse
 import sys
 
-from . import cli_bench, cli_train
+from . import cli_bench, cli_train, switches
 from .errors import OpError
 
 
@@ -22,6 +22,7 @@ def main(argv=None):
     if debug:
         argv.remove("--debug")
     try:
+        switches.check()
         return _dispatch(argv)
     except OSError as err:
         if debug:

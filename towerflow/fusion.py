@@ -54,15 +54,15 @@ GPUs run the batch-norm chains' kernels in CUDA (backends/cupy_conv.py), CPUs
 compiled (backends/native_batch_norm.py).
 """
 
-import os
 
+from . import switches
 from .graph.core import Operation
 from .graph.registry import OpDef
 
 
 def enabled():
     """Whether plans fuse (TOWERFLOW_FUSION, read when a plan compiles; default on)."""
-    return os.environ.get("TOWERFLOW_FUSION", "1") != "0"
+    return switches.on("TOWERFLOW_FUSION")
 
 
 class FusedOp:

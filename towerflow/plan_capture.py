@@ -32,9 +32,8 @@ The backend side is a runtime's ``capture_steps(runtimes, run)`` (see
 host_value)``, or raises with the reason capture failed.
 """
 
-import os
 
-from . import errors
+from . import errors, switches
 from .backends.kernels import VariableCell
 from .log import logger
 
@@ -66,7 +65,7 @@ _HOST_READS = {
 
 def enabled(config):
     """Whether a Session with ``config`` captures its GPU plans."""
-    if os.environ.get("TOWERFLOW_CUDA_GRAPHS", "1").strip() == "0":
+    if not switches.on("TOWERFLOW_CUDA_GRAPHS"):
         return False
     return bool(getattr(config, "cuda_graphs", True))
 

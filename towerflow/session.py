@@ -10,7 +10,7 @@
 import contextlib
 import threading
 
-from . import backends, errors, plan_capture, tracing
+from . import backends, errors, plan_capture, switches, tracing
 from .backends.queues import deadline_after
 from .device import runtime
 from .graph import core
@@ -74,6 +74,7 @@ class Session:
             raise errors.UnimplementedError(
                 None, None, f"Session target {target!r}: only in-process sessions ('') "
                 "exist; use towerflow's launcher for several processes")
+        switches.check()        # a mistyped TOWERFLOW_* value stops here, not in an op
         self.graph = graph if graph is not None else core.get_default_graph()
         self._config = config if config is not None else ConfigProto()
         self._devices = _session_devices(self._config)

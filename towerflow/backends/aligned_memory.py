@@ -20,7 +20,8 @@ module is not built it is off::
 """
 
 import contextlib
-import os
+
+from .. import switches
 
 try:
     from . import _aligned_memory
@@ -38,7 +39,7 @@ def built():
 
 def enabled():
     """Whether plans allocate aligned: built, and TOWERFLOW_ALIGNED_ARRAYS is not 0."""
-    return built() and os.environ.get("TOWERFLOW_ALIGNED_ARRAYS", "1") != "0"
+    return built() and switches.on("TOWERFLOW_ALIGNED_ARRAYS")
 
 
 def arrays():

@@ -43,6 +43,7 @@ import threading
 import time
 import weakref
 
+from .. import switches
 from . import native
 
 # Below this many elements a part is not worth handing to another thread: a
@@ -206,7 +207,7 @@ class WorkerPool(Serial):
         # NOTE: the parts' Python runs here, their kernels on native.run_parts's C
         # threads: a hand-off to a Python thread (which must take the GIL) cost
         # about 50 us on the 2-core VM, one to a spinning C thread under 1 us.
-        if not native.available() or os.environ.get("TOWERFLOW_C_THREADS", "1") == "0":
+        if not native.available() or not switches.on("TOWERFLOW_C_THREADS"):
             return self.run(work, count)
         self._holding_the_pool(self._run_on_c_threads, work, count)
 
@@ -438,9 +439,8 @@ def cpu_pool():
     """The NumPy backend's pool: TOWERFLOW_CPU_THREADS threads, by default as
     many as the CPUs this process may run on (affinity and cgroup quota)."""
     from ..device import host
-    setting = os.environ.get("TOWERFLOW_CPU_THREADS", "")
     try:
-        workers = int(setting) if setting else host.usable_cores()
-    except ValueError:
-        workers = os.cpu_count() or 1
-    return WorkerPool(max(workers, 1))
+        count = switches.cpu_threads()
+    except ValueError:      # made at import: switches.check() reports it at the Session
+        count = None
+    return WorkerPool(count or host.usable_cores())

@@ -19,19 +19,19 @@ all of them::
     compute_type([90], {"TOWERFLOW_TF32": "0"})   # 'COMPUTE_TYPE_DEFAULT'
 """
 
-import os
 
 import numpy as np
+
+from .. import switches
 
 TF32_CAPABILITY = 80        # compute capability 8.0
 _capabilities = set()       # of the GPUs opened so far in this process
 
 
 def tf32_requested(environ=None):
-    """Whether TOWERFLOW_TF32 leaves TF32 on (anything but '0'):
+    """Whether TOWERFLOW_TF32 leaves TF32 on (see towerflow.switches):
     ``tf32_requested({"TOWERFLOW_TF32": "0"})`` is False."""
-    environ = os.environ if environ is None else environ
-    return environ.get("TOWERFLOW_TF32", "1").strip() != "0"
+    return switches.on("TOWERFLOW_TF32", environ)
 
 
 def compute_type(capabilities, environ=None):

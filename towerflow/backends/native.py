@@ -17,6 +17,8 @@ import os
 
 import numpy as np
 
+from .. import switches
+
 try:
     from . import _native as _compiled
     _IMPORT_ERROR = None
@@ -64,7 +66,7 @@ VECTOR_GEMM = GEMM_PATH is not None
 def available():
     """Whether the compiled kernels are built and switched on (TOWERFLOW_NATIVE,
     TOWERFLOW_ISA=generic)."""
-    return _compiled is not None and os.environ.get("TOWERFLOW_NATIVE", "1") != "0" \
+    return _compiled is not None and switches.on("TOWERFLOW_NATIVE") \
         and FORCED_ISA != "generic"
 
 

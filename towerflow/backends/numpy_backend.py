@@ -1,10 +1,10 @@
 """The NumPy backend: kernels for every op on (logical) CPUs."""
 
 import ctypes
-import os
 
 import numpy as np
 
+from .. import switches
 from ..graph import registry
 from . import register_backend
 from .batch_norm_pool import (
@@ -36,7 +36,7 @@ def retain_freed_memory():
     step left). glibc still maps what its heap cannot hold. Set
     TOWERFLOW_RETAIN_FREED_MEMORY=0 to keep glibc's defaults.
     """
-    if os.environ.get("TOWERFLOW_RETAIN_FREED_MEMORY", "1") == "0":
+    if not switches.on("TOWERFLOW_RETAIN_FREED_MEMORY"):
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

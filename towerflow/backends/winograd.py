@@ -47,11 +47,11 @@ not notice (cuDNN and oneDNN use the same transforms);
 ``TOWERFLOW_WINOGRAD=0`` turns both off.
 """
 
-import os
 from typing import NamedTuple
 
 import numpy as np
 
+from .. import switches
 from . import native
 from .cpu_threads import SERIAL, split
 
@@ -105,7 +105,7 @@ ALGORITHMS = {
 
 def enabled():
     """Whether Winograd convolutions are on (TOWERFLOW_WINOGRAD, default on)."""
-    return os.environ.get("TOWERFLOW_WINOGRAD", "1") != "0"
+    return switches.on("TOWERFLOW_WINOGRAD")
 
 
 def algorithm_for(filter_shape):

@@ -21,13 +21,13 @@ its batches (``list(pipeline.epoch())``) gets new buffers instead.
 with the augment functions instead, into new arrays: the same batches.
 """
 
-import os
 import sys
 import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import switches
 from . import augment
 
 __all__ = ["BatchRing", "ReferenceBatches", "enabled", "ring_size"]
@@ -55,7 +55,7 @@ def ring_size(prefetch):
 
 def enabled():
     """Whether pipelines make batches in a ring (TOWERFLOW_DATA_RING, default on)."""
-    return os.environ.get("TOWERFLOW_DATA_RING", "1") != "0"
+    return switches.on("TOWERFLOW_DATA_RING")
 
 
 class ReferenceBatches:

@@ -43,6 +43,8 @@ import threading
 
 import numpy as np
 
+from towerflow import switches
+
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_emulation.h")
 SWITCH = "TOWERFLOW_CUDA_EMULATION"
 SANITIZE = "TOWERFLOW_CUDA_EMULATION_SANITIZE"
@@ -79,7 +81,7 @@ def compiler():
 
 def available():
     """Whether kernels run as CUDA C here: a compiler, and the switch not off."""
-    return os.environ.get(SWITCH, "1") != "0" and compiler() is not None
+    return switches.on(SWITCH) and compiler() is not None
 
 
 # -- the source ------------------------------------------------------------------------------
