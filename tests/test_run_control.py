@@ -351,3 +351,23 @@ def test_a_signal_to_one_rank_stops_every_rank_at_its_step(tmp_path):
     assert "Traceback" not in stopped.stderr and "timed out" not in stopped.stderr
     written = sorted(int(path.stem.split("-")[1]) for path in directory.glob("model-*.npz"))
     assert written == [23, 30]                          # rank 0 wrote the stop's checkpoint
+
+
+def test_a_signal_the_process_inherits_ignored_stays_ignored():
+    """A run started with SIGINT ignored (nohup-style, or `cmd &` from a script)
+    must keep ignoring it: StopSignals used to install its handler over SIG_IGN,
+    so a stray Ctrl-C aimed at the shell stopped the background run (issue 32,
+    item 11). SIGTERM, not ignored, is still caught."""
+    program = (
+        "import os, signal\n"
+        "from towerflow.run_control import StopSignals\n"
+        "with StopSignals() as signals:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print(ignored, signals.requested == signal.SIGTERM,\n"
+        "      signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n")
+    ignoring = f"trap '' INT; exec {shlex.quote(sys.executable)} -c {shlex.quote(program)}"
+    done = subprocess.run(["sh", "-c", ignoring], env=environment(), capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["True", "True", "True"], done.stdout + done.stderr

@@ -50,8 +50,9 @@ class StopNow(BaseException):
 
 class StopSignals:
     """Catches SIGINT and SIGTERM while active (main thread only; elsewhere
-    it catches nothing): the first is recorded in ``requested``, the second
-    raises StopNow. The previous handlers come back on exit.
+    it catches nothing; one the process ignores stays ignored): the first is
+    recorded in ``requested``, the second raises StopNow. The previous
+    handlers come back on exit.
 
     >>> with StopSignals() as signals:
     ...     train_one_step()
@@ -64,7 +65,10 @@ class StopSignals:
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in _HANDLED}
+            # NOTE: a signal the process inherited as ignored (nohup, or `cmd &` in a
+            # non-interactive shell ignoring SIGINT) stays ignored: the user chose that
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in _HANDLED
+                              if signal.getsignal(sig) is not signal.SIG_IGN}
         return self
 
     def __exit__(self, *exc_info):
