@@ -82,9 +82,22 @@ Py_buffer *hold_view(Views *views, PyObject *obj, int writable)
     return view;
 }
 
-/* A C-contiguous view of obj (NULL for None) holding prod(sizes) items of `kind`. */
+/* A C-contiguous view of obj holding prod(sizes) items of `kind`; None is refused
+ * with a TypeError naming the argument (its kernel would read through NULL). */
 int take(Views *views, PyObject *obj, int writable, char kind,
          const Py_ssize_t *sizes, int count, const char *name, void **data)
+{
+    *data = NULL;
+    if (obj == Py_None) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a buffer, got None", name);
+        return -1;
+    }
+    return take_optional(views, obj, writable, kind, sizes, count, name, data);
+}
+
+/* take, but None gives *data NULL: for the arguments a kernel may go without. */
+int take_optional(Views *views, PyObject *obj, int writable, char kind,
+                  const Py_ssize_t *sizes, int count, const char *name, void **data)
 {
     *data = NULL;
     if (obj == Py_None)
@@ -110,6 +123,11 @@ int take(Views *views, PyObject *obj, int writable, char kind,
 /* 'f' or 'd' for a float32 or float64 buffer; 0 with an error set otherwise. */
 char float_kind(PyObject *obj, const char *name)
 {
+    if (obj == Py_None) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a float32 or float64 buffer, got None",
+                     name);
+        return 0;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_FORMAT) < 0)
         return 0;

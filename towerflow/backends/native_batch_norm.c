@@ -399,6 +399,12 @@ DEFINE_BATCH_NORM_POOL(double, int64_t, f64)
 #pragma GCC pop_options
 #endif
 
+/* ceil(rows / block_rows), rows >= 0 and block_rows > 0, without overflow. */
+static Py_ssize_t blocks_of(Py_ssize_t rows, Py_ssize_t block_rows)
+{
+    return rows / block_rows + (rows % block_rows != 0);
+}
+
 static int read_rows(PyObject *shape, Py_ssize_t *rows, Py_ssize_t *channels,
                      Py_ssize_t *first, Py_ssize_t *stop, Py_ssize_t *block_rows)
 {
@@ -407,8 +413,10 @@ static int read_rows(PyObject *shape, Py_ssize_t *rows, Py_ssize_t *channels,
         : PyArg_ParseTuple(shape, "nnnn", rows, channels, first, stop);
     if (!ok)
         return -1;
-    Py_ssize_t count = block_rows ? (*block_rows > 0 ? (*rows + *block_rows - 1)
-                                     / *block_rows : -1) : *rows;
+    /* NOTE: ceil(rows / block_rows) without rows + block_rows - 1, which overflowed
+     * (UBSan) for rows near PY_SSIZE_T_MAX */
+    Py_ssize_t count = !block_rows ? *rows
+        : *block_rows > 0 && *rows >= 0 ? blocks_of(*rows, *block_rows) : -1;
     if (*rows < 0 || *channels < 0 || count < 0 || *first < 0 || *first > *stop
         || *stop > count) {
         PyErr_SetString(PyExc_ValueError, block_rows
@@ -472,7 +480,7 @@ static int take_grad(Views *views, void **grad, PooledGrad *p, int *routed, PyOb
 {
     *routed = pool != NULL;
     return pool ? take_pooled(views, p, pool, kind, grad_obj, relu_obj, rows, channels)
-                : take(views, grad_obj, 0, kind, SIZES(rows, channels), "grad", grad);
+                : take_optional(views, grad_obj, 0, kind, SIZES(rows, channels), "grad", grad);
 }
 
 /* Rows of scratch for expand_pooled_grad, or NULL with out_of_memory set. */
@@ -525,7 +533,7 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "relu_output, pool: expected None without a grad");
         return NULL;
     }
-    Py_ssize_t blocks = g.block_rows ? (g.rows + g.block_rows - 1) / g.block_rows : 0;
+    Py_ssize_t blocks = g.block_rows ? blocks_of(g.rows, g.block_rows) : 0;
     SumsCall *call = new_task(sizeof *call, run_batch_norm_sums);
     if (!call)
         return NULL;
@@ -534,7 +542,7 @@ PyObject *py_batch_norm_sums(PyObject *self, PyObject *args)
         || take(views, shift_obj, 0, kind, SIZES(g.channels), "shift", &call->shift) < 0
         || take_grad(views, &call->grad, &call->pool, &call->routed, pool, kind, grad_obj,
                      relu_obj, g.rows, g.channels) < 0
-        || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+        || take_optional(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &call->relu) < 0
         || take(views, partials_obj, 1, 'd', SIZES(blocks, 2, g.channels), "partials",
                 &call->partials) < 0) {
@@ -636,7 +644,7 @@ PyObject *py_batch_norm_grad_apply(PyObject *self, PyObject *args)
     Views *views = &call->task.views;
     if (take_grad(views, &call->grad, &call->pool, &call->routed, pool, kind, grad_obj,
                   relu_obj, g.rows, g.channels) < 0
-        || take(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
+        || take_optional(views, relu_obj, 0, kind, SIZES(g.rows, g.channels), "relu_output",
                 &call->relu) < 0
         || take(views, x_obj, 0, kind, SIZES(g.rows, g.channels), "x", &call->x) < 0
         || take(views, coefficients_obj, 0, kind, SIZES(4, g.channels), "coefficients",

@@ -117,6 +117,9 @@ NATIVE_HIDDEN int product_of(const Py_ssize_t *sizes, int count, const char *nam
 NATIVE_HIDDEN Py_buffer *hold_view(Views *views, PyObject *obj, int writable);
 NATIVE_HIDDEN int take(Views *views, PyObject *obj, int writable, char kind,
                        const Py_ssize_t *sizes, int count, const char *name, void **data);
+NATIVE_HIDDEN int take_optional(Views *views, PyObject *obj, int writable, char kind,
+                                const Py_ssize_t *sizes, int count, const char *name,
+                                void **data);
 NATIVE_HIDDEN char float_kind(PyObject *obj, const char *name);
 NATIVE_HIDDEN int read_geometry(PyObject *shape, Geometry *g);
 

@@ -233,9 +233,9 @@ PyObject *py_max_pool(PyObject *self, PyObject *args)
     Views *views = &call->task.views;
     if (take(views, x_obj, bias_obj != Py_None, kind, SIZES(g.n, g.h, g.w, g.c), "x",
              &call->x) < 0
-        || take(views, bias_obj, 0, kind, SIZES(g.c), "bias", &call->bias) < 0
+        || take_optional(views, bias_obj, 0, kind, SIZES(g.c), "bias", &call->bias) < 0
         || take(views, out_obj, 1, kind, SIZES(g.n, g.oh, g.ow, g.c), "out", &call->out) < 0
-        || take(views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code",
+        || take_optional(views, code_obj, 1, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code",
                 &call->code) < 0) {
         discard(&call->task);
         return NULL;
@@ -278,7 +278,7 @@ PyObject *py_max_pool_grad(PyObject *self, PyObject *args)
     if (take(views, code_obj, 0, 'B', SIZES(g.n, g.oh, g.ow, g.c), "code", &call->code) < 0
         || take(views, grad_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "grad",
                 &call->grad) < 0
-        || take(views, pooled_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "pooled",
+        || take_optional(views, pooled_obj, 0, kind, SIZES(g.n, g.oh, g.ow, g.c), "pooled",
                 &call->pooled) < 0
         || take(views, dx_obj, 1, kind, SIZES(g.n, g.h, g.w, g.c), "dx", &call->dx) < 0) {
         discard(&call->task);

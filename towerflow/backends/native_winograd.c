@@ -429,7 +429,7 @@ PyObject *py_winograd_conv(PyObject *self, PyObject *args)
         || take(views, u_obj, 1, kind, SIZES(block_tiles, 36, g->c), "u", &call->u) < 0
         || take(views, m_obj, 1, kind, SIZES(block_tiles, 36, b.o), "m", &call->m) < 0
         || take(views, y_obj, 1, kind, SIZES(g->n, g->oh, g->ow, b.o), "y", &call->y) < 0
-        || take(views, kept_obj, 1, kind, SIZES(g->plane_tiles, 36, g->c), "kept",
+        || take_optional(views, kept_obj, 1, kind, SIZES(g->plane_tiles, 36, g->c), "kept",
                 &call->kept) < 0) {
         discard(&call->task);
         return NULL;
