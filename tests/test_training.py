@@ -90,6 +90,7 @@ def run_cli(*args):
     (["train", "mystery"], "unknown recipe 'mystery'; the recipes are: digits"),
     (["train", "digits", "--devices", "/gpu:7"], "device '/gpu:7' does not exist"),
     (["train", "digits", "--data-dir", "/no/such/dir"], "is not a directory"),
+    (["train", "digits", "--devices", ""], "--devices '': expected comma-separated devices"),
 ])
 def test_cli_errors_are_one_line_and_exit_non_zero(args, message):
     done = run_cli(*args)
@@ -98,6 +99,23 @@ def test_cli_errors_are_one_line_and_exit_non_zero(args, message):
     assert lines == [f"towerflow: error: {lines[0].split('error: ', 1)[1]}"]
     assert message in lines[0]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("seconds", ["nan", "0", "-1", "inf"])
+def test_checkpoint_secs_takes_a_positive_finite_number_only(seconds):
+    # nan used to turn clock checkpoints off; 0 and -1 to checkpoint every step
+    done = run_cli("train", "digits", "--checkpoint-secs", seconds)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"--checkpoint-secs: invalid value '{seconds}'" in lines[0]
+
+
+def test_a_batch_larger_than_the_data_is_the_whole_set_not_a_memory_error(tmp_path):
+    # buffers of 10**11 examples ran out of memory; a batch holds at most every example
+    done = run_cli("train", "digits", "--epochs", "1", "--batch-size", str(10 ** 11),
+                   "--cpu-towers", "1", "--json-out", str(tmp_path / "run.json"))
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert json.loads((tmp_path / "run.json").read_text())["steps"] == 1
 
 
 def test_devices_json_lists_the_cpu_and_says_why_no_gpu(capsys, no_gpu):

@@ -76,7 +76,7 @@ def add_train_parser(commands):
                        help="with --resume: continue to a new --steps/--epochs")
     train.add_argument("--checkpoint-every", type=positive_int, metavar="STEPS",
                        help="checkpoint every STEPS steps (default: each epoch's end)")
-    train.add_argument("--checkpoint-secs", type=float, metavar="SECONDS",
+    train.add_argument("--checkpoint-secs", type=positive_seconds, metavar="SECONDS",
                        help="checkpoint every SECONDS seconds")
     train.add_argument("--keep-checkpoints", type=positive_int, default=3, metavar="K",
                        help="keep the last K checkpoints (default 3)")
@@ -248,8 +248,12 @@ def choose_devices(args):
     """The tower devices of ``towerflow train`` (logical CPUs are split here)."""
     if args.cpu_towers is not None:
         return _split_cpu(args.cpu_towers)
-    if args.devices:
-        return _existing([name.strip() for name in args.devices.split(",") if name.strip()])
+    if args.devices is not None:
+        names = [name.strip() for name in args.devices.split(",") if name.strip()]
+        if not names:       # '' used to mean the defaults, silently
+            raise ValueError(f"--devices {args.devices!r}: expected comma-separated "
+                             "devices, e.g. /cpu:0,/cpu:1")
+        return _existing(names)
     gpus = [d for d in runtime.peek_logical_devices() if d.device_type == "GPU"]
     if gpus:
         count = args.towers or len(gpus)

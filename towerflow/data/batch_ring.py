@@ -94,7 +94,11 @@ class BatchRing:
     def __init__(self, images, labels, batch_size, size, crop_padding=0, flip=False,
                  normalization=None):
         self._images, self._labels = images, labels
-        self._batch_size, self._padding, self._flip = batch_size, crop_padding, flip
+        # NOTE: a batch never holds more than every example (an epoch's last, or
+        # only, batch is the rest): buffers of a huge batch_size's length ran out of
+        # memory (issue 32, item 7: --batch-size 100000000000 on the digits)
+        self._batch_size = min(batch_size, len(images))
+        self._padding, self._flip = crop_padding, flip
         self._normalization = normalization
         self._slots = [None] * max(size, 1)
         self._turn = 0
