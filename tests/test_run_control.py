@@ -257,6 +257,28 @@ def test_a_new_run_never_writes_over_another_runs_checkpoints(tmp_path):
     assert (directory / "model-5.npz").read_bytes() == before
 
 
+def test_resume_never_follows_the_state_file_out_of_its_directory(tmp_path):
+    """A state file naming another run's checkpoint (an absolute path, or ../)
+    is refused in one line; --resume used to restore it and then prune, deleting
+    the other run's checkpoints (issue 32, item 3)."""
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    for directory in (other, mine):
+        assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5",
+                     "--schedule-steps", "9", "--checkpoint-every", "1",
+                     "--keep-checkpoints", "2").returncode == 0
+    kept = sorted(path.name for path in other.glob("model-*.npz"))
+    for listed in (str(other / "model-5"), "../other/model-5"):
+        (mine / "checkpoint").write_text(
+            f'model_checkpoint_path: "{listed}"\n'
+            f'all_model_checkpoint_paths: "{other / "model-4"}"\n'
+            f'all_model_checkpoint_paths: "{listed}"\n')
+        refused = train(mine, "digits", "--cpu-towers", "1", "--steps", "9", "--resume",
+                        "--checkpoint-every", "1", "--keep-checkpoints", "2")
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "outside --checkpoint-dir" in refused.stderr
+    assert sorted(path.name for path in other.glob("model-*.npz")) == kept
+
+
 def test_resume_refuses_a_changed_option_that_defines_the_run(tmp_path):
     directory = tmp_path / "ck"
     assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5").returncode == 0

@@ -109,11 +109,29 @@ def resume_checkpoint(checkpoint_dir):
     if state is None or not state.model_checkpoint_path:
         raise FileNotFoundError(f"--resume: {checkpoint_dir!r} has no checkpoint index "
                                 f"file 'checkpoint' listing a checkpoint{_found(checkpoint_dir)}")
+    _check_inside(checkpoint_dir, [state.model_checkpoint_path,
+                                   *state.all_model_checkpoint_paths])
     path = latest_checkpoint(checkpoint_dir)
     if path is None:
         raise FileNotFoundError(f"--resume: no checkpoint listed in "
                                 f"{os.path.join(checkpoint_dir, 'checkpoint')} is readable")
     return path
+
+
+def inside(directory, path):
+    """Whether ``path`` lies in ``directory`` (links resolved)."""
+    directory = os.path.realpath(directory)
+    return os.path.commonpath([directory, os.path.realpath(path)]) == directory
+
+
+def _check_inside(checkpoint_dir, paths):
+    """A run reads, and later prunes, only checkpoints inside its own directory: a
+    state file naming one elsewhere (another run's) is refused, not followed."""
+    outside = [path for path in paths if not inside(checkpoint_dir, path)]
+    if outside:
+        raise ValueError(f"--resume: {os.path.join(checkpoint_dir, 'checkpoint')} names "
+                         f"{outside[0]!r}, outside --checkpoint-dir {checkpoint_dir!r}; a run "
+                         "reads and deletes checkpoints only in its own directory")
 
 
 def _check_fresh_directory(checkpoint_dir):

@@ -201,9 +201,12 @@ def _start(sess, model, pipeline, saved):
         return None
     extra_state = model.saver.restore(sess, saved.path)
     pipeline.restore(extra_state["pipeline"])
-    listed = get_checkpoint_state(os.path.dirname(saved.path))
+    directory = os.path.dirname(saved.path)
+    listed = get_checkpoint_state(directory)
+    # pruned later: only this run's own directory (run_record refused the others)
     model.saver.recover_last_checkpoints(
-        [path for path in listed.all_model_checkpoint_paths if checkpoint_exists(path)])
+        [path for path in listed.all_model_checkpoint_paths
+         if run_record.inside(directory, path) and checkpoint_exists(path)])
     return extra_state.get("curves")
 
 
