@@ -279,6 +279,24 @@ def test_resume_never_follows_the_state_file_out_of_its_directory(tmp_path):
     assert sorted(path.name for path in other.glob("model-*.npz")) == kept
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/sys/kernel/pid_max"), reason="Linux's pid_max")
+def test_a_finished_run_removes_the_temporaries_of_killed_writes(tmp_path):
+    """A write killed mid-way leaves its hidden temporary (.NAME.tmp-PID-HEX);
+    the resumed run that finishes removes those whose process is gone, and
+    leaves a live process's (issue 32, item 9)."""
+    directory = tmp_path / "ck"
+    assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5",
+                 "--schedule-steps", "9").returncode == 0
+    no_process = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1   # never a pid
+    dead = directory / f".model-7.npz.tmp-{no_process}-0badc0de"
+    dead.write_bytes(b"half a checkpoint")
+    alive = directory / f".checkpoint.tmp-{os.getpid()}-feedf00d"
+    alive.write_bytes(b"being written")
+    done = train(directory, "digits", "--cpu-towers", "1", "--steps", "9", "--resume")
+    assert done.returncode == 0, done.stderr
+    assert not dead.exists() and alive.exists()
+
+
 def test_resume_refuses_a_changed_option_that_defines_the_run(tmp_path):
     directory = tmp_path / "ck"
     assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5").returncode == 0

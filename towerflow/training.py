@@ -28,7 +28,7 @@ from .parallel import DataParallel
 from .parallel.agreement import check_ranks_agree
 from .session import ConfigProto, Session
 from .train import Saver, checkpoint_exists, get_checkpoint_state, get_or_create_global_step
-from .train.checkpoint_format import checkpoint_prefix
+from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
 from .training_trace import StepTraces
 
 EVAL_BATCH = 1000
@@ -110,6 +110,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     if json_out and model.is_chief:
         with naming_path(json_out):
             write_json(json_out, result)
+    if checkpoint_dir and model.is_chief:       # a killed write's leftovers (.*.tmp-PID-*)
+        remove_stale_temporaries(checkpoint_dir)
     return result
 
 

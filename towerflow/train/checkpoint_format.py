@@ -228,6 +228,34 @@ def _atomic_write(path, write):
     _fsync_directory(directory)
 
 
+_TEMPORARY = re.compile(r"\..+\.tmp-(\d+)-[0-9a-f]+")
+
+
+def remove_stale_temporaries(directory):
+    """Remove the temporary files of writes whose process is gone (a run killed
+    while it wrote a checkpoint or the state file); a live process's are left.
+    Returns the names removed."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in sorted(os.listdir(directory)):
+            match = _TEMPORARY.fullmatch(name)
+            if match and not _process_alive(int(match.group(1))):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(directory, name))
+                    removed.append(name)
+    return removed
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:         # another user's live process
+        return True
+    return True
+
+
 def _fsync_directory(directory):
     """Make the rename itself durable (POSIX); a no-op where unsupported."""
     with contextlib.suppress(OSError, AttributeError):
