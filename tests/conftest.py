@@ -3,6 +3,7 @@ test, logical CPUs standing in for towers, and fake GPUs for placement tests."""
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,14 @@ from towerflow import backends, simgpu
 from towerflow.backends import cpu_threads, numpy_backend
 from towerflow.device import physical, runtime
 from towerflow.device.physical import GpuInfo
+
+# NOTE: a suite started in the background of a script (`bash .ci/run &`, nohup)
+# inherits SIGINT ignored, and so would every `towerflow train` it starts; since
+# a run keeps an inherited SIG_IGN (run_control.StopSignals), the tests that
+# interrupt runs with SIGINT need it caught again here (children then get the
+# default disposition).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 from towerflow.graph import registry
 
 N_LOGICAL_CPUS = 4
