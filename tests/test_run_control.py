@@ -297,6 +297,38 @@ def test_a_finished_run_removes_the_temporaries_of_killed_writes(tmp_path):
     assert not dead.exists() and alive.exists()
 
 
+def test_a_second_run_in_a_busy_directory_refuses_and_a_killed_runs_lock_is_taken_over(
+        tmp_path):
+    """Two runs in one --checkpoint-dir used to both write and leave a mixed
+    state file (issue 32, item 2): the second now refuses at start, naming the
+    first's pid and host; after the first is SIGKILLed its lock is stale and
+    --resume goes on."""
+    directory = tmp_path / "ck"
+    line = [*PYTHON, "train", *RUN, "--cpu-towers", "1", "--steps", "100000",
+            "--checkpoint-dir", str(directory)]
+    first = subprocess.Popen(line, env=environment(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(directory.glob("model-*.npz")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (directory / ".lock").exists(), "the first run never took the lock"
+        for extra in ([], ["--resume"]):
+            second = train(directory, *RUN, "--cpu-towers", "1", "--steps", "100000", *extra)
+            assert second.returncode == 2
+            assert second.stderr.count("\n") == 1, second.stderr
+            assert f"is in use by another run (pid {first.pid} on " in second.stderr
+    finally:
+        first.kill()
+        first.wait(timeout=60)
+    saved = max(int(path.stem.split("-")[1]) for path in directory.glob("model-*.npz"))
+    hooked = environment(**{run_control.SELF_SIGNAL_ENV: f"{saved + 2}:SIGTERM"})
+    resumed = train(directory, "digits", "--cpu-towers", "1", "--steps", "100000",
+                    "--resume", env=hooked)
+    assert resumed.returncode == 143, resumed.stderr      # stopped by the hook, not refused
+    assert not (directory / ".lock").exists()
+
+
 def test_resume_refuses_a_changed_option_that_defines_the_run(tmp_path):
     directory = tmp_path / "ck"
     assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5").returncode == 0

@@ -20,7 +20,8 @@ import tempfile
 import numpy as np
 
 from . import data as data_module
-from . import curves, mixed_precision, progress, run_control, run_record, training_rate
+from . import (curves, mixed_precision, progress, run_control, run_lock, run_record,
+               training_rate)
 from .api import losses
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
@@ -61,6 +62,9 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     >>> fit(digits.RECIPE, ['/cpu:0'], steps=60, checkpoint_dir='ck')['steps']
     60
     """
+    from .parallel.mpi import rank_from_environment
+    if checkpoint_dir and rank_from_environment() == 0:    # rank 0 holds the lock
+        run_lock.check_free(checkpoint_dir)
     splits = recipe.load(data_dir)
     options = {"batch_size": batch_size, "seed": seed, "precision": precision,
                "schedule_steps": schedule_steps, "steps": steps, "epochs": epochs}
@@ -90,21 +94,27 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
             "--precision": record["precision"], "--resume": resume,
             "--schedule-steps": record.get("schedule_steps"),
             "the training samples": len(splits.train.labels)})
-        sess = Session(graph=graph, config=ConfigProto(log_device_placement=log_device_placement))
-        curve_state = _start(sess, model, pipeline, saved)
-        steps = training_rate.StepClock()
-        plan = _Model(total=total, record=record, checkpoint_dir=checkpoint_dir,
-                      clock=run_control.CheckpointClock(checkpoint_every, checkpoint_secs),
-                      quiet=quiet or not model.is_chief,
-                      saved_path=checkpoint_prefix(saved.path) if saved is not None else None,
-                      recorder=_recorder(model, pipeline, checkpoint_dir, log_every, total,
-                                         curve_state, _board(sess, model, tensorboard, steps)),
-                      trace=(trace, trace_steps), steps=steps)
-        try:
-            result = _train(sess, model, pipeline, splits, plan)
-        finally:
-            pipeline.close()
-            plan.recorder.close()
+        # the chief writes the checkpoints: one run at a time in their directory
+        lock = run_lock.held(checkpoint_dir) if checkpoint_dir and model.is_chief else \
+            contextlib.nullcontext()
+        with _closing(pipeline), lock:
+            sess = Session(graph=graph,
+                           config=ConfigProto(log_device_placement=log_device_placement))
+            curve_state = _start(sess, model, pipeline, saved)
+            steps = training_rate.StepClock()
+            plan = _Model(total=total, record=record, checkpoint_dir=checkpoint_dir,
+                          clock=run_control.CheckpointClock(checkpoint_every, checkpoint_secs),
+                          quiet=quiet or not model.is_chief,
+                          saved_path=checkpoint_prefix(saved.path) if saved is not None
+                          else None,
+                          recorder=_recorder(model, pipeline, checkpoint_dir, log_every, total,
+                                             curve_state,
+                                             _board(sess, model, tensorboard, steps)),
+                          trace=(trace, trace_steps), steps=steps)
+            try:
+                result = _train(sess, model, pipeline, splits, plan)
+            finally:
+                plan.recorder.close()
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
                   all_reduce=model.strategy.communicator.name, precision=record["precision"])
     if json_out and model.is_chief:
@@ -113,6 +123,15 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     if checkpoint_dir and model.is_chief:       # a killed write's leftovers (.*.tmp-PID-*)
         remove_stale_temporaries(checkpoint_dir)
     return result
+
+
+@contextlib.contextmanager
+def _closing(pipeline):
+    """Close the pipeline after the block, however it ends."""
+    try:
+        yield
+    finally:
+        pipeline.close()
 
 
 class _Model:
