@@ -17,6 +17,8 @@ import os
 import socket
 import time
 
+from .train.checkpoint_format import process_alive
+
 LOCK_NAME = ".lock"
 
 
@@ -76,15 +78,8 @@ def _holder(path):
 def _stale(holder):
     """Whether the holder is a process of this host that is gone."""
     pid = holder.get("pid")
-    if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return holder.get("host") == socket.gethostname() and isinstance(pid, int) and \
+        not process_alive(pid)
 
 
 def _in_use(directory, holder):

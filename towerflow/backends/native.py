@@ -50,9 +50,8 @@ def _chosen_gemm_path():
     the kernels' vectors, split into pieces on a plain x86-64, ran 40x slower)."""
     if _compiled is None:
         return None
-    runs = _compiled.gemm_paths()
-    wanted = FORCED_ISA if FORCED_ISA in runs else (
-        runs[0] if runs and FORCED_ISA is None else None)
+    wanted = FORCED_ISA if FORCED_ISA in GEMM_PATHS else (
+        GEMM_PATHS[0] if GEMM_PATHS and FORCED_ISA is None else None)
     return _compiled.select_gemm_path(wanted)
 
 

@@ -239,14 +239,15 @@ def remove_stale_temporaries(directory):
     with contextlib.suppress(FileNotFoundError):
         for name in sorted(os.listdir(directory)):
             match = _TEMPORARY.fullmatch(name)
-            if match and not _process_alive(int(match.group(1))):
+            if match and not process_alive(int(match.group(1))):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(directory, name))
                     removed.append(name)
     return removed
 
 
-def _process_alive(pid):
+def process_alive(pid):
+    """Whether a process ``pid`` lives on this host (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
