@@ -132,13 +132,17 @@ def _walk_module(path, relative, hints):
     (attributes assigned late, parameters bound by later calls); the last
     walker holds the uses."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    facts = _Facts()
+    facts, hinted = _Facts(), set()
     for _ in range(8):
         before = facts.snapshot()
         walker = _Walker(relative, facts, hints)
         walker.block(tree.body)
+        hinted |= walker.hinted
         if facts.snapshot() == before:
             break
+    # NOTE: a hint may only seed the facts (a hinted variable assigned to an
+    # attribute): later walks know the variable from them, yet it is in use.
+    walker.hinted = hinted
     return walker
 
 

@@ -42,15 +42,22 @@ GPU_CODE = sorted(path for path in (ROOT / "towerflow").rglob("*.py")
                   if "simgpu" not in path.parts)
 # Modules whose CuPy uses must be found (a walk that loses one fails).
 # plan_capture.py is walked too, but names no CuPy: it asks the runtime to capture.
-GPU_MODULES = ["towerflow/backends/cupy_backend.py", "towerflow/parallel/nccl.py",
+GPU_MODULES = ["towerflow/backends/cupy_backend.py", "towerflow/backends/cupy_graphs.py",
+               "towerflow/parallel/nccl.py",
                "towerflow/device/physical.py", "towerflow/cli_train.py",
                "towerflow/backends/kernels.py"]
 # Variables whose CuPy class the walk cannot see, by (module, name).
 HINTS = {
-    # _GraphReplayer.stage: the graph's input buffer, and the event of the last
+    # GraphReplayer.stage: the graph's input buffer, and the event of the last
     # copy out of its pinned staging buffer (unpacked from a dict).
-    ("towerflow/backends/cupy_backend.py", "buffer"): "cupy.ndarray",
-    ("towerflow/backends/cupy_backend.py", "copied"): "cupy.cuda.Event",
+    ("towerflow/backends/cupy_graphs.py", "buffer"): "cupy.ndarray",
+    ("towerflow/backends/cupy_graphs.py", "copied"): "cupy.cuda.Event",
+    # capture, replay: the primary runtime's stream (``primary.stream``: the
+    # runtime is CupyDevice, a class of another module).
+    ("towerflow/backends/cupy_graphs.py", "stream"): "cupy.cuda.Stream",
+    # GraphReplayer.total_bytes: the pool a graph's memory comes from
+    # (unpacked from a tuple).
+    ("towerflow/backends/cupy_graphs.py", "backing"): "cupy.cuda.MemoryPool",
     # make_member_kernel's reduce(x): the tower's value on its GPU.
     ("towerflow/parallel/nccl.py", "x"): "cupy.ndarray",
 }

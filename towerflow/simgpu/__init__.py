@@ -150,13 +150,18 @@ class _OnDemandFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 _FINDER = _OnDemandFinder()
 
 
+# The GPU backend's modules that bind ``cupy`` when imported.
+_BINDING_CUPY = ("cupy_backend", "cupy_graphs")
+
+
 def _reload_towerflow_gpu_backend():
-    """The GPU backend binds ``cupy`` when imported: drop it, so the next GPU
-    device imports it again against whichever CuPy is in place."""
-    sys.modules.pop("towerflow.backends.cupy_backend", None)
+    """Drop the GPU backend's modules, so the next GPU device imports them
+    again against whichever CuPy is in place."""
     from towerflow import backends
-    if hasattr(backends, "cupy_backend"):     # else `from . import` finds the old one
-        del backends.cupy_backend
+    for name in _BINDING_CUPY:
+        sys.modules.pop(f"towerflow.backends.{name}", None)
+        if hasattr(backends, name):     # else `from . import` finds the old one
+            delattr(backends, name)
     from towerflow.graph import registry
     registry.unregister_kernels("GPU")
     backends.unregister_backend("GPU")
