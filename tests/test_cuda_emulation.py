@@ -1,4 +1,5 @@
-"""CUDA C run on the CPU (towerflow/simgpu/cuda_emulation.py): kernels run
+"""CUDA C run on the CPU (towerflow/simgpu/cuda_emulation.py, and
+cuda_elementwise.py for ElementwiseKernels): kernels run
 their grid and block as written, barriers order shared memory, and what a
 GPU would do wrong silently (an access outside an array, a race, a read of
 shared memory no thread wrote, a divergent barrier, an argument of the wrong
@@ -16,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from towerflow.simgpu import cuda_elementwise
 from towerflow.simgpu import cuda_emulation as emulation
 
 pytestmark = pytest.mark.skipif(not emulation.available(),
@@ -211,8 +213,9 @@ def test_elementwise_operations_run_with_c_semantics():
     """Integer division truncates (NumPy's / would not), a bound scalar is
     broadcast, outputs are written through references. As in CuPy, a named
     parameter type is numpy.dtype(name): 'int' is int64, 'float' float64."""
-    kernel = emulation.ElementwiseKernel("T x, int divisor", "T quotient, float half",
-                                         "quotient = x / divisor; half = x * 0.5f;", "halves")
+    kernel = cuda_elementwise.ElementwiseKernel(
+        "T x, int divisor", "T quotient, float half",
+        "quotient = x / divisor; half = x * 0.5f;", "halves")
     x = np.array([-7, -1, 5, 9], np.int32)
     quotient, half = np.zeros(4, np.int32), np.zeros(4, np.float64)
     kernel(x, 2, quotient, half)
@@ -223,20 +226,20 @@ def test_elementwise_operations_run_with_c_semantics():
 def test_elementwise_types_bind_as_cupy_binds_them():
     """CuPy 14's _decide_params_type_core: outputs bind first, then input
     arrays; scalars bind nothing (a letter only they carry is a KeyError)."""
-    kernel = emulation.ElementwiseKernel("T x, L lr", "T y", "y = x * (T)lr;", "scaled")
+    kernel = cuda_elementwise.ElementwiseKernel("T x, L lr", "T y", "y = x * (T)lr;", "scaled")
     x = np.ones(3, np.float32)
     for scalar in (0.5, np.float32(0.5)):
         with pytest.raises(KeyError, match="'L'"):
             kernel(x, scalar, np.zeros(3, np.float32))
     with pytest.raises(TypeError, match="^Type is mismatched. x float32 float64 T$"):
         kernel(x, np.array(0.5), np.zeros(3, np.float64))
-    named = emulation.ElementwiseKernel("float32 x", "float32 y", "y = x;", "copy")
+    named = cuda_elementwise.ElementwiseKernel("float32 x", "float32 y", "y = x;", "copy")
     with pytest.raises(TypeError, match="^Type is mismatched. x float64 float32$"):
         named(np.ones(2), np.zeros(2, np.float32))
 
 
 def test_elementwise_outputs_may_be_omitted():
-    kernel = emulation.ElementwiseKernel("T x, T s", "T y", "y = x + s;", "shifted")
+    kernel = cuda_elementwise.ElementwiseKernel("T x, T s", "T y", "y = x + s;", "shifted")
     y = kernel(np.arange(3, dtype=np.int16), 2)
     assert y.dtype == np.int16
     np.testing.assert_array_equal(y, [2, 3, 4])

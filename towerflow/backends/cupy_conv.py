@@ -128,9 +128,9 @@ class EmulatedLauncher(CupyLauncher):
         return cuda_emulation.RawKernel(spec.source(dtype), spec.name, self.reverse)
 
     def elementwise_kernel(self, spec):
-        from towerflow.simgpu import cuda_emulation
-        return cuda_emulation.ElementwiseKernel(spec.in_params, spec.out_params,
-                                                spec.operation, spec.name)
+        from towerflow.simgpu import cuda_elementwise
+        return cuda_elementwise.ElementwiseKernel(spec.in_params, spec.out_params,
+                                                  spec.operation, spec.name)
 
     def gemm(self, a, b):
         return np.matmul(a, b)

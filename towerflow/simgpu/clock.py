@@ -376,8 +376,8 @@ class Graph:
         self.nodes.append(node)
 
     def _close(self):
-        from . import arrays
-        arrays.seal(self)
+        from . import work
+        work.seal(self)
 
     def launch(self, stream=None):
         from . import state
@@ -396,8 +396,8 @@ class Graph:
                                    f"{world.current_device} is current (launch it inside "
                                    "its device's context)")
         world.refuse_during_capture("cudaGraphLaunch inside a capture", stream=stream)
-        from . import arrays
-        arrays.check_seal(self, stream)
+        from . import work
+        work.check_seal(self, stream)
         for node in self.nodes:
             node(stream)
 

@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from . import arrays, cuda_emulation, state
+from . import arrays, cuda_elementwise, cuda_emulation, state, work
 
 _C_TYPES = {"bool": np.bool_, "float": np.float32, "double": np.float64,
             "int": np.int32, "long": np.int64, "float16": np.float16,
@@ -178,7 +178,7 @@ class ElementwiseKernel:
         self.operation, self._sources = operation, {}
         types = {kind for kind, _ in self.in_params + self.out_params}
         for kind in types:
-            cuda_emulation.param_dtype(kind)    # an unknown type name fails here, as in CuPy
+            cuda_elementwise.param_dtype(kind)    # an unknown type name fails here, as in CuPy
         try:
             self.statements = translate(operation, types)
         except NotImplementedError:
@@ -187,9 +187,9 @@ class ElementwiseKernel:
             self.statements = None      # C beyond the translator's subset: compiled only
 
     def __call__(self, *args, size=None, block_size=None):
-        inputs, outputs = cuda_emulation.check_call(self.name, self.in_params, self.out_params,
+        inputs, outputs = cuda_elementwise.check_call(self.name, self.in_params, self.out_params,
                                                     args, arrays.ndarray, size)
-        in_types, out_types, placeholders = cuda_emulation.bind_types(
+        in_types, out_types, placeholders = cuda_elementwise.bind_types(
             self.in_params, self.out_params, [_array_dtype(value) for value in inputs],
             [out.dtype for out in outputs])
         shape = np.broadcast_shapes(*[np.shape(a._view) for a in inputs
@@ -212,7 +212,7 @@ class ElementwiseKernel:
         def cast(value, type_name):
             return np.asarray(value).astype(c_types[type_name], copy=False)
 
-        # NOTE: the work holds NumPy views, never the arrays (see arrays.replayable).
+        # NOTE: the work holds NumPy views, never the arrays (see work.replayable).
         bound = [(name, _host_value(value, dtype)) for (_, name), value, dtype in
                  zip(params, list(inputs) + outputs, dtypes)]
         output_views = [output._view for output in outputs]
@@ -232,18 +232,18 @@ class ElementwiseKernel:
         device_arrays = [a for a in list(inputs) + outputs if isinstance(a, arrays.ndarray)]
         world = state.world()
         arrays._check_devices(device_arrays, world.current_device, self.name, False)
-        arrays.submit(arrays.Work(self.name, run, reads=arrays._blocks(device_arrays),
+        work.submit(work.Work(self.name, run, reads=arrays._blocks(device_arrays),
                                   writes=arrays._blocks(outputs)))
 
     def _compiled(self, bound, output_views, dtypes, placeholders):
         """The launch as compiled CUDA C (see cuda_emulation), or None where
         the emulation is off or has no C type for a bound dtype."""
         if not cuda_emulation.available() or \
-                not cuda_emulation.elementwise_types_supported(dtypes):
+                not cuda_elementwise.elementwise_types_supported(dtypes):
             return None
         key = tuple(sorted((kind, dtype.str) for kind, dtype in placeholders.items()))
         if key not in self._sources:
-            self._sources[key] = cuda_emulation.elementwise_source(
+            self._sources[key] = cuda_elementwise.elementwise_source(
                 self.in_params, self.out_params, self.operation, placeholders)
         source = self._sources[key]
         shape = np.broadcast_shapes(*(np.shape(value) for _, value in bound))
@@ -255,7 +255,7 @@ class ElementwiseKernel:
                       for dtype, (_, value) in zip(in_types, bound)]
             outputs = [np.empty(shape, dtype) if view.dtype != dtype else view
                        for dtype, view in zip(out_types, output_views)]
-            cuda_emulation.run_elementwise(source, shape, values + outputs)
+            cuda_elementwise.run_elementwise(source, shape, values + outputs)
             for view, written in zip(output_views, outputs):
                 if written is not view:
                     view[...] = written
@@ -275,7 +275,7 @@ def _array_dtype(value):
 def _host_value(value, dtype):
     if isinstance(value, arrays.ndarray):
         return value._view
-    return cuda_emulation.scalar_value(value, dtype)
+    return cuda_elementwise.scalar_value(value, dtype)
 
 
 # -- RawKernel: by reference ------------------------------------------------------------
@@ -368,7 +368,7 @@ class Generator:
         def run():
             view[...] = getattr(self._numpy, method)(*args, size=shape) \
                 .astype(dtype, copy=False)
-        arrays.submit(arrays.Work(name, run, writes=[out.data.block]))
+        work.submit(work.Work(name, run, writes=[out.data.block]))
         return out
 
     def random(self, size=None, dtype=np.float64, out=None):

@@ -79,7 +79,7 @@ class Block:
         self.writes = {}                # stream key -> seq: the last writes
         self.reads = {}                 # stream key -> seq, since the last write
         self.written = False            # written since the pool handed it out
-        self.generation = 0             # counts hand-outs and frees (see arrays.replayable)
+        self.generation = 0             # counts hand-outs and frees (see work.replayable)
         self.handouts = 0               # how often a pool handed it out
 
     buffer = property(lambda self: self.memory.buffer[self.offset:self.offset + self.nbytes]
@@ -266,7 +266,7 @@ class MemoryPool:
         block.handouts += 1
         block.in_use, block.written = True, False
         sub.used += block.nbytes
-        if block.memory.handout_log is not None:    # a graph pool's (arrays.check_seal)
+        if block.memory.handout_log is not None:    # a graph pool's (work.check_seal)
             block.memory.handout_log.append((block.offset, block.offset + block.nbytes))
         self.ever_allocated = True
         return MemoryPointer(_Lease(block, self))

@@ -9,7 +9,7 @@ import types
 
 import numpy as np
 
-from . import arrays, clock, devices, kernels, memory, nccl, pinned, state
+from . import arrays, clock, devices, kernels, memory, nccl, pinned, state, work
 
 
 def _names(text):
@@ -91,7 +91,7 @@ def _from_host(value, dtype=None):
     world = state.world()
     if world.capture_of(world.current_stream()) is not None:
         raise clock.capture_error("a copy from pageable host memory")
-    arrays.submit(arrays.Work("host-to-device copy",
+    work.submit(work.Work("host-to-device copy",
                               lambda: arrays._assign(out._view, host),
                               writes=(out.data.block,)))
     return out
@@ -132,7 +132,7 @@ def empty(shape, dtype=float, order="C"):
 def _filled(shape, dtype, value):
     out = arrays.ndarray(shape, dtype)
     view = out._view
-    arrays.submit(arrays.Work("fill", lambda: view.fill(value), writes=(out.data.block,)))
+    work.submit(work.Work("fill", lambda: view.fill(value), writes=(out.data.block,)))
     return out
 
 
@@ -175,7 +175,7 @@ def arange(start, stop=None, step=1, dtype=None):
     """Computed on the device, as CuPy's (no copy from the host)."""
     values = np.arange(start, stop, step, dtype=dtype)
     out = arrays.ndarray(values.shape, values.dtype)
-    arrays.submit(arrays.Work("arange", lambda: arrays._assign(out._view, values),
+    work.submit(work.Work("arange", lambda: arrays._assign(out._view, values),
                               writes=(out.data.block,)))
     return out
 

@@ -16,7 +16,7 @@ import typing
 import ml_dtypes
 import numpy as np
 
-from . import arrays, memory, state
+from . import memory, state, work
 from .devices import pci_bus_id
 
 NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = 0, 1, 2, 3
@@ -219,7 +219,7 @@ def _capture(calls, graphs):
 
     def run():
         recv_view[...] = _reduce([send_view.copy()], call[5], call[0])
-    graph._add(arrays.replayable(arrays.Work("ncclAllReduce", run, reads=(send,),
+    graph._add(work.replayable(work.Work("ncclAllReduce", run, reads=(send,),
                                              writes=(recv,)), graph))
 
 
@@ -261,7 +261,7 @@ def _buffer(ptr, call):
 def _read_send(call):
     block, view = _buffer(call[1], call)
     copied = {}
-    _on_stream(call, arrays.Work("ncclAllReduce (send)",
+    _on_stream(call, work.Work("ncclAllReduce (send)",
                                  lambda: copied.setdefault("value", view.copy()),
                                  reads=(block,)))
     return copied.get("value", np.zeros_like(view))
@@ -272,11 +272,11 @@ def _write_recv(call, total):
 
     def store():
         view[...] = total
-    _on_stream(call, arrays.Work("ncclAllReduce (receive)", store, writes=(block,)))
+    _on_stream(call, work.Work("ncclAllReduce (receive)", store, writes=(block,)))
 
 
-def _on_stream(call, work):
-    work.execute(_stream_of(call))
+def _on_stream(call, queued):
+    queued.execute(_stream_of(call))
 
 
 def _join_over_mpi(communicator, unique_id):
