@@ -369,6 +369,53 @@ def test_train_writes_a_trace_of_a_few_steps(tmp_path):
     assert "MEMCPYHtoH" in {e["name"] for e in ops}
 
 
+def flows(events):
+    """Every flow of a trace as (start event, end event), checked to pair up."""
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "t"}
+    assert starts.keys() == ends.keys()
+    return [(starts[key], ends[key]) for key in starts]
+
+
+def ops_around(events, flow_end):
+    """The ops ('X' events) a flow event may bind to: on its row, around its
+    time (more than one where an op ends in the microsecond the next starts)."""
+    found = [e for e in events if e["ph"] == "X" and e["pid"] == flow_end["pid"]
+             and e["tid"] == flow_end["tid"] and e["ts"] <= flow_end["ts"] <= e["ts"] + e["dur"]]
+    assert found, f"flow event {flow_end} is on no op"
+    return found
+
+
+def enclosing_op(events, flow_end, named=None):
+    """The op around a flow event, the one ``named`` (its node) if given."""
+    found = ops_around(events, flow_end)
+    if named is not None:
+        found = [e for e in found if e["args"]["name"] == named]
+        assert found, f"flow event {flow_end} is not on an op named {named!r}"
+    return found[0]
+
+
+def test_a_trace_of_several_steps_has_flows_only_forward_in_time(tmp_path):
+    """Issue 33, item 4: the flows of a multi-step trace join each tensor's
+    producer to its consumers of the same step (matched by name across all
+    steps, most arrows ended before they started)."""
+    pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
+    done = towerflow("train", "digits", "--steps", "6", "--cpu-towers", "2",
+                     "--trace", "t.json", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    pairs = flows(events)
+    assert len(pairs) >= 3 * 2          # the two towers' gradients, each of 3 steps
+    backwards = [(start, end) for start, end in pairs if start["ts"] > end["ts"]]
+    assert backwards == []
+    for start, end in pairs:    # from the tensor's producer as it ends, to a consumer
+        producer = enclosing_op(events, start, named=start["name"].split(":")[0])
+        assert start["ts"] == producer["ts"] + producer["dur"]
+        consumers = [e for e in ops_around(events, end) if e["ts"] == end["ts"]
+                     and start["name"] in e["args"].values()]
+        assert consumers, f"the arrow of {start['name']} ends on no op that reads it"
+
+
 def test_train_writes_tensorboard_files_and_a_trace_in_one_run(tmp_path):
     """The README's command: `towerflow train digits --tensorboard tb --trace t.json`."""
     pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
@@ -376,7 +423,7 @@ def test_train_writes_tensorboard_files_and_a_trace_in_one_run(tmp_path):
     done = towerflow("train", "digits", "--steps", "8", "--cpu-towers", "2", "--log-every",
                      "2", "--tensorboard", "tb", "--trace", "t.json", "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    processes, ops = trace_rows(tmp_path / "t.json")
+    processes, _ = trace_rows(tmp_path / "t.json")
     assert processes == [f"{cpu(0)} Compute", f"{cpu(1)} Compute"]
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
@@ -414,6 +461,19 @@ def test_launch_writes_one_trace_with_a_row_group_per_rank(tmp_path):
                  key=lambda e: e["ts"]) for pid in (0, 1)]
     assert first[0]["ts"] <= first[1]["ts"] + first[1]["dur"] + 1000
     assert first[1]["ts"] <= first[0]["ts"] + first[0]["dur"] + 1000
+    # Issue 33, item 4: no arrow joins two processes but a collective's, and
+    # those join the ranks' spans of one all-reduce, from the last to join it.
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    pairs = flows(events)
+    across = [(start, end) for start, end in pairs if start["pid"] != end["pid"]]
+    assert across, "the ranks' all-reduces are joined by arrows"
+    for start, end in across:
+        joined = [e["args"]["name"] for e in ops_around(events, start)
+                  if e["name"] == "MpiAllReduce" and e["ts"] == start["ts"]]
+        released = [e["args"]["name"] for e in ops_around(events, end)
+                    if e["name"] == "MpiAllReduce" and e["ts"] + e["dur"] == end["ts"]]
+        assert set(joined) & set(released), (start, end)
+    assert [pair for pair in pairs if pair[0]["ts"] > pair[1]["ts"]] == []
 
 
 def test_a_fused_chain_is_traced_op_by_op(three_cpus):

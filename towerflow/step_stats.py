@@ -153,21 +153,6 @@ class DeviceStepStats(_Message):
 class StepStats(_Message):
     _FIELDS = (("dev_stats", list),)
 
-    def merge(self, other):
-        """Append ``other``'s node stats to this one's, device by device (the
-        step stats of several runs in one trace).
-
-        Example::
-
-            >>> total = StepStats(); total.merge(metadata.step_stats)
-        """
-        mine = {stats.device: stats for stats in self.dev_stats}
-        for stats in other.dev_stats:
-            if stats.device not in mine:
-                mine[stats.device] = DeviceStepStats(device=stats.device)
-                self.dev_stats.append(mine[stats.device])
-            mine[stats.device].node_stats.extend(stats.node_stats)
-
 
 class RunMetadata(_Message):
     """What a ``Session.run`` given ``run_metadata=`` reports: ``step_stats``

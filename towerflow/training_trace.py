@@ -18,7 +18,7 @@ import statistics
 import time
 
 from .client import timeline
-from .step_stats import RunMetadata, RunOptions, StepStats
+from .step_stats import RunMetadata, RunOptions
 
 DEFAULT_TRACE_STEPS = 3
 
@@ -32,23 +32,25 @@ class StepTraces:
         # Steps done before a traced run: the run's second step onwards.
         self._traced = range(first_step + 1, first_step + 1 + steps) if path else range(0)
         self._strategy = strategy
-        self._step_stats = StepStats()
-        self._metadata = None
+        self._runs = []               # timeline.TracedRun of each traced step
+        self._metadata = None         # the traced step in progress: (step, RunMetadata)
         self._barrier_micros = None   # this rank's clock leaving each of the barriers
 
     def run_options(self, steps_done):
         """``Session.run`` keywords for the step after ``steps_done`` steps:
         tracing ones for a traced step, else none."""
         if self._metadata is not None:      # the last traced run's stats, kept
-            self._step_stats.merge(self._metadata.step_stats)
+            step, metadata = self._metadata
+            self._runs.append(timeline.TracedRun(metadata.step_stats, step,
+                                                 self._strategy.rank))
             self._metadata = None
         if steps_done not in self._traced:
             return {}
         if self._barrier_micros is None:
             self._barrier_micros = self._leave_barrier()
-        self._metadata = RunMetadata()
+        self._metadata = (steps_done, RunMetadata())
         return {"options": RunOptions(trace_level=RunOptions.FULL_TRACE),
-                "run_metadata": self._metadata}
+                "run_metadata": self._metadata[1]}
 
     def finish(self):
         """Write the trace file (rank 0; every rank must call this). Returns the
@@ -57,18 +59,19 @@ class StepTraces:
             return 0
         self.run_options(-1)
         traced = self._steps_traced()
-        stats = self._step_stats
+        runs = self._runs
         if self._strategy.num_ranks > 1:
-            stats = self._gathered()
+            runs = self._gathered()
         if self._strategy.rank == 0:
-            trace = timeline.Timeline(stats).generate_chrome_trace_format()
+            trace = timeline.Timeline.of_runs(runs).generate_chrome_trace_format()
             with open(self._path, "w") as out:
                 out.write(trace)
         return traced
 
     def _steps_traced(self):
-        devices = self._step_stats.dev_stats
-        return 0 if not devices else len(self._traced)
+        if not any(run.step_stats.dev_stats for run in self._runs):
+            return 0
+        return len(self._traced)
 
     def _leave_barrier(self):
         """This rank's clock (µs) as it leaves each of CLOCK_BARRIERS barriers all
@@ -82,22 +85,23 @@ class StepTraces:
         return exits
 
     def _gathered(self):
-        """Every rank's step stats in one StepStats: devices prefixed with the
-        rank, times on rank 0's clock (as at the barrier)."""
-        mine = (self._step_stats, self._barrier_micros or [0])
+        """Every rank's traced runs: devices prefixed with the rank, times on
+        rank 0's clock (as at the barrier)."""
+        mine = (self._runs, self._barrier_micros or [0])
         everyone = self._world().all_gather(mine, "the trace's step stats",
                                             self._strategy.timeout)
-        merged = StepStats()
         reference = everyone[0][1]
-        for rank, (stats, exits) in enumerate(everyone):
+        gathered = []
+        for rank, (runs, exits) in enumerate(everyone):
             shift = _clock_shift(reference, exits)
-            for dev_stats in stats.dev_stats:
-                dev_stats.device = f"rank {rank} {dev_stats.device}"
-                for node in dev_stats.node_stats:
-                    node.all_start_micros += shift
-                    node.scheduled_micros += shift
-            merged.merge(stats)
-        return merged
+            for run in runs:
+                for dev_stats in run.step_stats.dev_stats:
+                    dev_stats.device = f"rank {rank} {dev_stats.device}"
+                    for node in dev_stats.node_stats:
+                        node.all_start_micros += shift
+                        node.scheduled_micros += shift
+            gathered.extend(runs)
+        return gathered
 
     @staticmethod
     def _world():

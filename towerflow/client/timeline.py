@@ -19,17 +19,42 @@ device or lane; with ``show_memory``, TensorFlow's ``<device> Tensors`` and
 allocator). Unlike TensorFlow, those two are left out when ``show_memory``
 is off, where they would be empty rows; and an op that starts when the
 previous one on its lane ends stays on that lane.
+
+:meth:`Timeline.of_runs` draws several traced runs (steps, ranks) in one
+trace: a flow joins a tensor's producer to its consumers of the same run
+only; across ranks, the spans of one collective (an MPI or NCCL all-reduce
+of the same name and step) are joined from the rank that joined it last
+(it released the others) to the end of every other rank's span.
 """
 
 import collections
 import json
 import re
+import typing
 
 AllocationMaximum = collections.namedtuple("AllocationMaximum",
                                            ("timestamp", "num_bytes", "tensors"))
 StepStatsAnalysis = collections.namedtuple("StepStatsAnalysis",
                                            ("chrome_trace", "allocator_maximums"))
 _LABEL = re.compile(r"(.*) = (.*)\((.*)\)")
+# Ops that every rank of a step runs together, exchanging data between processes.
+COLLECTIVE_OPS = frozenset({"MpiAllReduce", "MpiBroadcast", "NcclAllReduce"})
+
+
+class TracedRun(typing.NamedTuple):
+    """One traced ``Session.run`` of a trace of several: its step stats, the
+    step it was and the rank (process) that ran it."""
+    step_stats: object
+    step: int = 0
+    rank: int = 0
+
+
+class _Span(typing.NamedTuple):     # a collective op of one rank, on its row
+    rank: int
+    start: int
+    end: int
+    pid: int
+    tid: int
 
 
 class _ChromeTrace:
@@ -77,7 +102,7 @@ class Timeline:
     """
 
     def __init__(self, step_stats, graph=None):
-        self._step_stats = step_stats
+        self._runs = [TracedRun(step_stats)]
         self._graph = graph
         self._trace = _ChromeTrace()
         self._next_pid = 0
@@ -85,6 +110,26 @@ class Timeline:
         self._tensors, self._flow_starts = {}, {}
         self._next_flow_id = 0
         self._allocator_maximums = {}
+        self._collectives = collections.defaultdict(list)   # (step, node) -> [_Span]
+
+    @classmethod
+    def of_runs(cls, runs, graph=None):
+        """A timeline of several traced runs (:class:`TracedRun`), in order.
+
+        Example::
+
+            >>> runs = [TracedRun(metadata.step_stats, step) for step, metadata in traced]
+            >>> trace = Timeline.of_runs(runs).generate_chrome_trace_format()
+        """
+        timeline = cls(None, graph)
+        timeline._runs = list(runs)
+        return timeline
+
+    def _dev_stats(self):
+        """(run index, device step stats) of every run, in order."""
+        for index, run in enumerate(self._runs):
+            for dev_stats in run.step_stats.dev_stats:
+                yield index, dev_stats
 
     def generate_chrome_trace_format(self, show_dataflow=True, show_memory=False):
         """The trace as a JSON string (``{"traceEvents": [...]}``)."""
@@ -111,16 +156,19 @@ class Timeline:
     def _allocate_pids(self, show_memory):
         if show_memory:
             self._allocators_pid = self._new_pid("Allocators")
-        for dev_stats in self._step_stats.dev_stats:
+        for _, dev_stats in self._dev_stats():
             device = dev_stats.device
+            if device in self._device_pids:     # seen in an earlier run
+                continue
             self._device_pids[device] = self._new_pid(device + " Compute")
             self._tensor_pids[device] = self._new_pid(device + " Tensors") \
                 if show_memory else None
 
     def _assign_lanes(self):
         """Each op on the first lane free at its start (lanes never overlap)."""
-        for dev_stats in self._step_stats.dev_stats:
-            lane_ends = []
+        lanes_of_devices = collections.defaultdict(list)   # device -> each lane's end
+        for _, dev_stats in self._dev_stats():
+            lane_ends = lanes_of_devices[dev_stats.device]
             for node in dev_stats.node_stats:
                 free = [i for i, end in enumerate(lane_ends) if node.all_start_micros >= end]
                 lane = free[0] if free else len(lane_ends)
@@ -132,7 +180,9 @@ class Timeline:
     # -- tensors and ops ---------------------------------------------------------------
 
     def _analyze_tensors(self, show_memory):
-        for dev_stats in self._step_stats.dev_stats:
+        """Each output of each op, by (run index, tensor name): a tensor is only
+        ever consumed in the run that produced it."""
+        for run, dev_stats in self._dev_stats():
             device_pid = self._device_pids[dev_stats.device]
             tensors_pid = self._tensor_pids[dev_stats.device]
             for node in dev_stats.node_stats:
@@ -144,8 +194,8 @@ class Timeline:
                     tensor = _Tensor(name, len(self._tensors), start, tensors_pid,
                                      allocation.allocator_name, allocation.requested_bytes)
                     tensor.unref_times.append(end)
-                    self._tensors[name] = tensor
-                    self._flow_starts[name] = (end, device_pid, tid)
+                    self._tensors[run, name] = tensor
+                    self._flow_starts[run, name] = (end, device_pid, tid)
                     if show_memory:
                         self._snapshot(tensor, tid, end, output)
 
@@ -158,31 +208,55 @@ class Timeline:
                           args={"snapshot": {"tensor_description": description}})
 
     def _show_compute(self, show_dataflow):
-        for dev_stats in self._step_stats.dev_stats:
+        for run, dev_stats in self._dev_stats():
             pid = self._device_pids[dev_stats.device]
             for node in dev_stats.node_stats:
                 tid, start = self._lanes[id(node)], node.all_start_micros
+                end = start + node.all_end_rel_micros
                 _, op, inputs = _parse_label(node.timeline_label)
                 args = {"name": node.node_name, "op": op}
                 args.update({f"input{i}": name for i, name in enumerate(inputs)})
                 self._trace.event("X", "Op", op, pid, tid, start,
                                   dur=node.all_end_rel_micros, args=args)
                 for name in inputs:
-                    self._consume(name, start, start + node.all_end_rel_micros, pid, tid,
-                                  show_dataflow)
+                    self._consume((run, name), start, end, pid, tid, show_dataflow)
+                if op in COLLECTIVE_OPS:
+                    step, rank = self._runs[run].step, self._runs[run].rank
+                    self._collectives[step, node.node_name].append(
+                        _Span(rank, start, end, pid, tid))
+        if show_dataflow:
+            self._show_collectives()
 
-    def _consume(self, input_name, start, end, pid, tid, show_dataflow):
-        tensor = self._tensors.get(input_name)
+    def _consume(self, key, start, end, pid, tid, show_dataflow):
+        tensor = self._tensors.get(key)
         if tensor is None:          # a control input, or produced outside the trace
             return
         tensor.unref_times.append(end - 1)
-        created, create_pid, create_tid = self._flow_starts[input_name]
+        created, create_pid, create_tid = self._flow_starts[key]
         # Same device and lane: no arrow (horizontal arrows only clutter).
         if show_dataflow and (create_pid, create_tid) != (pid, tid):
-            flow_id, self._next_flow_id = self._next_flow_id, self._next_flow_id + 1
-            self._trace.event("s", "DataFlow", input_name, create_pid, create_tid, created,
-                              id=flow_id)
-            self._trace.event("t", "DataFlow", input_name, pid, tid, start, id=flow_id)
+            self._flow(key[1], (create_pid, create_tid, created), (pid, tid, start))
+
+    def _show_collectives(self):
+        """Across ranks, each collective's span of the rank that joined it last
+        to the end of each other rank's span: its joining released them."""
+        for (_, name), spans in self._collectives.items():
+            if len({span.rank for span in spans}) < 2:
+                continue
+            last = max(spans, key=lambda span: span.start)
+            for span in spans:
+                # NOTE: the ranks' clocks agree only as well as the trace's
+                # barriers align them: a span seen ending before the last rank
+                # joined gets no arrow rather than one pointing backwards.
+                if span.rank != last.rank and span.end >= last.start:
+                    self._flow(name, (last.pid, last.tid, last.start),
+                               (span.pid, span.tid, span.end))
+
+    def _flow(self, name, source, target):
+        """A flow (arrow) from ``source`` to ``target``, each (pid, tid, µs)."""
+        flow_id, self._next_flow_id = self._next_flow_id, self._next_flow_id + 1
+        self._trace.event("s", "DataFlow", name, *source, id=flow_id)
+        self._trace.event("t", "DataFlow", name, *target, id=flow_id)
 
     # -- memory ---------------------------------------------------------------------------
 
