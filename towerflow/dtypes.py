@@ -10,6 +10,8 @@ dtype or type, or a name::
 ``tf.bfloat16.as_numpy_dtype is ml_dtypes.bfloat16``.
 """
 
+import reprlib
+
 import ml_dtypes
 import numpy as np
 
@@ -137,22 +139,74 @@ def as_dtype(type_value):
 
 def default_for_python_value(value):
     """The dtype TensorFlow infers for a value: NumPy keeps its own; Python floats
-    become float32, Python ints int32 (int64 when they do not fit), str and
-    bytes (and arrays of them) string."""
+    become float32, Python ints int32 (int64 when they do not fit; TypeError past
+    int64), str and bytes (and arrays of them) string."""
     if is_string_value(value):
         return string
     if isinstance(value, (np.ndarray, np.generic)):
         return as_dtype(value.dtype)
-    kind = numpy_kind(np.asarray(value).dtype)
+    array = np.asarray(value)
+    bounds = python_int_bounds(value, array)
+    if bounds is not None:
+        return _int_dtype_holding(value, bounds)
+    kind = numpy_kind(array.dtype)
     if kind == "f":
         return float32
-    if kind in "iu":
-        array = np.asarray(value)
-        fits = array.size == 0 or (array.min() >= -2**31 and array.max() < 2**31)
-        return int32 if fits else int64
     if kind in "USO":
         return string
-    return as_dtype(np.asarray(value).dtype)
+    return as_dtype(array.dtype)
+
+
+def python_int_bounds(value, array):
+    """The smallest and largest int in ``value``, Python ints (an int or nested
+    lists of them; ``array`` is ``np.asarray(value)``), as Python ints; None for
+    anything else: NumPy data, floats, bools, an empty list.
+
+    Example: ``python_int_bounds([3, -1], np.asarray([3, -1])) == (-1, 3)``.
+    """
+    if isinstance(value, (np.ndarray, np.generic)) or array.size == 0:
+        return None
+    if array.dtype.kind in "iu":
+        return int(array.min()), int(array.max())
+    # NOTE: NumPy holds ints past 64 bits as objects, and a list mixing ints past
+    # int64 with negatives as float64 ([2**63, -1]); a float64 array from Python
+    # ints always reaches 2**63, so smaller floats need no scan.
+    if array.dtype.kind == "O" or array.dtype.kind == "f" and np.abs(array).max() >= 2**63:
+        items = np.asarray(value, dtype=object).ravel()
+        if all(isinstance(item, int) for item in items):
+            return int(min(items)), int(max(items))
+    return None
+
+
+def int_outside(bounds, dtype):
+    """The bound of ``bounds`` (see python_int_bounds) that integer ``dtype``
+    cannot hold, or None if it holds both: ``int_outside((0, 300), uint8) == 300``."""
+    low, high = bounds
+    if low < dtype.min:
+        return low
+    return high if high > dtype.max else None
+
+
+def int_range_text(dtype):
+    """``'[0, 255]'`` for uint8: the range error messages quote."""
+    return f"[{dtype.min}, {dtype.max}]"
+
+
+def _int_dtype_holding(value, bounds):
+    """TensorFlow's inference for Python ints: int32, int64 past int32's range."""
+    for dtype in (int32, int64):
+        if int_outside(bounds, dtype) is None:
+            return dtype
+    raise TypeError(f"Cannot convert {short_repr(value)} to a tensor: "
+                    f"{int_outside(bounds, int64)} is outside the range of int64 "
+                    f"{int_range_text(int64)}, the widest integer dtype")
+
+
+def short_repr(value):
+    """``repr(value)`` cut short for an error message, where a million-element
+    list must not fill the screen: ``short_repr(list(range(9))) == '[0, 1, 2, 3,
+    4, 5, ...]'``."""
+    return reprlib.repr(value)
 
 
 def is_string_value(value):

@@ -351,6 +351,10 @@ def _coerce_feed(value, dtype, tensor):
             None, tensor.op, f"Cannot feed {value!r} to Tensor '{tensor.name}': {err}") from None
     if array.dtype == dtype:
         return array
+    int_bounds = dtypes.python_int_bounds(value, array)
+    if int_bounds is not None and tensor.dtype.is_integer:
+        _check_fed_ints_fit(value, int_bounds, tensor)
+        return array.astype(dtype)
     # 'same_kind' allows int -> float and float64 -> float32, refuses float -> int.
     if dtypes.numpy_kind(array.dtype) not in "biuf" or \
             not np.can_cast(array.dtype, dtype, "same_kind"):
@@ -359,6 +363,23 @@ def _coerce_feed(value, dtype, tensor):
             f"'{tensor.name}' of dtype {tensor.dtype.name}: not castable without losing "
             "information (cast the value first)")
     return array.astype(dtype)
+
+
+class FedIntOutOfRangeError(errors.InvalidArgumentError, TypeError):
+    """TensorFlow 1.x raises TypeError for a fed Python int its placeholder
+    cannot hold; towerflow's feed errors are InvalidArgumentErrors: this is both."""
+
+
+def _check_fed_ints_fit(value, int_bounds, tensor):
+    """Refuse fed Python ints that the tensor's dtype cannot hold, which NumPy
+    would wrap around; Python ints that fit cast even to a narrower dtype."""
+    outside = dtypes.int_outside(int_bounds, tensor.dtype)
+    if outside is not None:
+        raise FedIntOutOfRangeError(
+            None, tensor.op, f"Cannot feed value {dtypes.short_repr(value)} to Tensor "
+            f"'{tensor.name}' of dtype {tensor.dtype.name}: {outside} is outside its range "
+            f"{dtypes.int_range_text(tensor.dtype)}. Try explicitly setting the type of the "
+            "feed tensor to a larger type (e.g. int64).")
 
 
 def _coerce_string_feed(value, tensor):

@@ -72,7 +72,8 @@ def to_numpy(value, dtype=None):
         source = np.asarray(value)
     except (TypeError, ValueError) as err:
         raise TypeError(f"Cannot convert {value!r} to a tensor: {err}") from None
-    kind = dtypes.numpy_kind(source.dtype)
+    int_bounds = dtypes.python_int_bounds(value, source)
+    kind = "i" if int_bounds is not None else dtypes.numpy_kind(source.dtype)
     # NOTE: checked before inferring a dtype, whose error would not name the value.
     if kind not in "biuf":
         raise TypeError(f"Cannot convert {value!r} of type {type(value).__name__} to a "
@@ -80,11 +81,24 @@ def to_numpy(value, dtype=None):
                         " (or str/bytes for tf.string)")
     target = dtypes.as_dtype(dtype) if dtype is not None else \
         dtypes.default_for_python_value(value)
+    if int_bounds is not None and target.is_integer:
+        _check_ints_fit(value, int_bounds, target)
     if kind == "f" and target.is_integer or \
             kind in "fiu" and target.is_bool and source.size:
         raise TypeError(f"Expected {target.name}, got {value!r} of dtype {source.dtype}: "
                         "that would lose information; cast explicitly with tf.cast")
     return np.array(source, dtype=target.as_numpy_dtype)
+
+
+def _check_ints_fit(value, int_bounds, dtype):
+    """TypeError unless ``dtype`` holds every Python int of ``value``, which
+    NumPy's cast would wrap around. NumPy arrays are not checked: they keep
+    NumPy's cast, as TensorFlow's ``astype`` does."""
+    outside = dtypes.int_outside(int_bounds, dtype)
+    if outside is not None:
+        raise TypeError(f"Cannot convert {dtypes.short_repr(value)} to a tensor of dtype "
+                        f"{dtype.name}: {outside} is outside its range "
+                        f"{dtypes.int_range_text(dtype)}")
 
 
 def dtype_name(dtype):

@@ -28,11 +28,13 @@ register_op("Range", _range_shape)
 
 def range(start, limit=None, delta=1, dtype=None, name="range"):
     """The numbers from ``start`` up to (not including) ``limit`` by ``delta``;
-    int32 for ints, float32 if any argument is a float::
+    the widest of the arguments' dtypes: int32 for ints, int64 past int32's
+    range, float32 if any argument is a float::
 
         tf.range(5)              # [0, 1, 2, 3, 4] (int32)
         tf.range(3, 18, 3)       # [3, 6, 9, 12, 15]
         tf.range(1.0, 2.0, 0.5)  # [1.0, 1.5] (float32)
+        tf.range(2**31, 2**31 + 2)  # [2147483648, 2147483649] (int64)
     """
     if limit is None:
         start, limit = 0, start
@@ -50,10 +52,10 @@ def _is_tensor(value):
 
 
 def _range_dtype(values):
-    """TensorFlow's inference: the widest of the arguments' dtypes."""
+    """TensorFlow's inference: the widest of the dtypes each argument converts
+    to on its own (so a Python int past int32 makes the range int64)."""
     order = [dtypes.int32, dtypes.int64, dtypes.float32, dtypes.float64]
-    found = [value.dtype if _is_tensor(value) else
-             (dtypes.float32 if isinstance(value, float) else dtypes.int32)
+    found = [value.dtype if _is_tensor(value) else dtypes.default_for_python_value(value)
              for value in values]
     return max(found, key=lambda dtype: order.index(dtype) if dtype in order else 0)
 
