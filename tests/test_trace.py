@@ -167,9 +167,35 @@ def test_run_options_and_metadata_have_tf_names_and_refuse_unknown_fields():
     with pytest.raises(ValueError, match='Protocol message RunOptions has no "trace" field'):
         tf.RunOptions(trace=3)
     metadata = tf.RunMetadata()
-    with pytest.raises(AttributeError, match='no field "stats"'):
+    # (protobuf's message: 'no field "stats"' in its C++ version, 'no "stats" field' in upb's)
+    with pytest.raises(AttributeError, match='no field "stats"|no "stats" field'):
         metadata.stats = None
     assert str(metadata) == ""
+
+
+def test_run_metadata_is_tfs_protocol_buffer_and_a_file_writer_stores_it(three_cpus,
+                                                                        tmp_path):
+    """Issue 33, item 7: RunOptions/RunMetadata/StepStats are TF's messages (as
+    tensorboard ships them), so FileWriter.add_run_metadata, as TF's own
+    mnist_with_summaries.py calls it, stores a traced run TensorBoard reads."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.proto import config_pb2
+    assert tf.RunMetadata is config_pb2.RunMetadata and tf.RunOptions is config_pb2.RunOptions
+    sess, step, feed = two_towers()
+    metadata = tf.RunMetadata()
+    sess.run([step.train_op, step.loss], feed, options=FULL_TRACE, run_metadata=metadata)
+    writer = tf.summary.FileWriter(str(tmp_path), sess.graph)
+    writer.add_run_metadata(metadata, "step1", global_step=1)
+    with pytest.raises(ValueError, match="^The provided tag was already used for this event "
+                                         "type$"):
+        writer.add_run_metadata(metadata, "step1", global_step=2)
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert events.Tags()["run_metadata"] == ["step1"]
+    stored = events.RunMetadata("step1")
+    assert stored == metadata
+    assert len(stored.step_stats.dev_stats) == len(metadata.step_stats.dev_stats) >= 2
 
 
 def test_a_traced_op_on_each_device(op_device):

@@ -148,7 +148,8 @@ class Session:
             with self._lock:
                 compiled = self._compile_traced(fetches, feed_dict)
         tracer, mapper = compiled
-        values, run_metadata.step_stats = tracer.run(feed_dict.values())
+        values, step_stats = tracer.run(feed_dict.values())
+        run_metadata.step_stats.CopyFrom(step_stats)    # replaced, as TF's each traced run
         return mapper.build(values)
 
     def _compile_traced(self, fetches, feed_dict):

@@ -21,16 +21,15 @@ stream runs it (else the receiving CPU); the towers' all-reduce ops are named
 
 import time
 
-
 from .step_stats import (
-    DATA_TYPES,
     AllocationDescription,
     DeviceStepStats,
     NodeExecStats,
     NodeOutput,
     StepStats,
     TensorDescription,
-    TensorShapeProto,
+    data_type,
+    shape_proto,
 )
 
 ALL_REDUCE_PREFIX = "allreduce/"
@@ -102,7 +101,7 @@ class PlanTracer:
             end_ns = record.timer.perf_ns(after) + epoch_offset_ns
             stats = by_device.setdefault(record.device, DeviceStepStats(device=record.device))
             stats.node_stats.append(record.node_stats(start_ns, end_ns, outputs))
-        return StepStats(dev_stats=list(by_device.values()))
+        return StepStats(dev_stats=by_device.values())
 
 
 class _StepRecord:
@@ -147,8 +146,8 @@ class _StepRecord:
                                            allocator_name=self.allocator)
         # The graph tensor's dtype: a value's NumPy dtype would call strings "object".
         description = TensorDescription(
-            dtype=DATA_TYPES.get(tensor.dtype.name, 0),
-            shape=TensorShapeProto.of(shape), allocation_description=allocation)
+            dtype=data_type(tensor.dtype.name), shape=shape_proto(shape),
+            allocation_description=allocation)
         return NodeOutput(slot=slot, tensor_description=description)
 
 

@@ -52,6 +52,7 @@ class FileWriter:
         self._options = (max_queue, flush_secs, filename_suffix or "")
         self._writer = EventFileWriter(self._logdir, *self._options)
         self._seen_summary_tags = set()
+        self._session_run_tags = set()
         self._closed = False
         if graph is not None or graph_def is not None:
             self.add_graph(graph, graph_def=graph_def)
@@ -98,6 +99,18 @@ class FileWriter:
                             f"{type(graph_def).__name__}")
         self._add_event(event_pb2.Event(graph_def=graph_def.SerializeToString()),
                         global_step)
+
+    def add_run_metadata(self, run_metadata, tag, global_step=None):
+        """Write a traced ``Session.run``'s ``tf.RunMetadata`` under ``tag``, for
+        TensorBoard's graph tab (its compute time and memory per node).
+        As TF does: a tag may be used once per writer (ValueError), and the
+        metadata is stored serialized (TaggedRunMetadata)."""
+        if tag in self._session_run_tags:
+            raise ValueError("The provided tag was already used for this event type")
+        self._session_run_tags.add(tag)
+        tagged = event_pb2.TaggedRunMetadata(
+            tag=tag, run_metadata=run_metadata.SerializeToString())
+        self._add_event(event_pb2.Event(tagged_run_metadata=tagged), global_step)
 
     def add_event(self, event):
         """Write an ``Event`` protocol buffer as it is."""

@@ -167,15 +167,17 @@ class Timeline:
     def _assign_lanes(self):
         """Each op on the first lane free at its start (lanes never overlap)."""
         lanes_of_devices = collections.defaultdict(list)   # device -> each lane's end
-        for _, dev_stats in self._dev_stats():
+        for run, dev_stats in self._dev_stats():
             lane_ends = lanes_of_devices[dev_stats.device]
-            for node in dev_stats.node_stats:
+            for index, node in enumerate(dev_stats.node_stats):
                 free = [i for i, end in enumerate(lane_ends) if node.all_start_micros >= end]
                 lane = free[0] if free else len(lane_ends)
                 if not free:
                     lane_ends.append(0)
                 lane_ends[lane] = node.all_start_micros + node.all_end_rel_micros
-                self._lanes[id(node)] = lane
+                # NOTE: by place, not id(node): a protobuf's sub-message
+                # objects may be made afresh on each access.
+                self._lanes[run, dev_stats.device, index] = lane
 
     # -- tensors and ops ---------------------------------------------------------------
 
@@ -185,11 +187,12 @@ class Timeline:
         for run, dev_stats in self._dev_stats():
             device_pid = self._device_pids[dev_stats.device]
             tensors_pid = self._tensor_pids[dev_stats.device]
-            for node in dev_stats.node_stats:
-                tid, start = self._lanes[id(node)], node.all_start_micros
+            for index, node in enumerate(dev_stats.node_stats):
+                tid = self._lanes[run, dev_stats.device, index]
+                start = node.all_start_micros
                 end = start + node.all_end_rel_micros
-                for index, output in enumerate(node.output):
-                    name = node.node_name if index == 0 else f"{node.node_name}:{index}"
+                for slot, output in enumerate(node.output):
+                    name = node.node_name if slot == 0 else f"{node.node_name}:{slot}"
                     allocation = output.tensor_description.allocation_description
                     tensor = _Tensor(name, len(self._tensors), start, tensors_pid,
                                      allocation.allocator_name, allocation.requested_bytes)
@@ -210,8 +213,9 @@ class Timeline:
     def _show_compute(self, show_dataflow):
         for run, dev_stats in self._dev_stats():
             pid = self._device_pids[dev_stats.device]
-            for node in dev_stats.node_stats:
-                tid, start = self._lanes[id(node)], node.all_start_micros
+            for index, node in enumerate(dev_stats.node_stats):
+                tid = self._lanes[run, dev_stats.device, index]
+                start = node.all_start_micros
                 end = start + node.all_end_rel_micros
                 _, op, inputs = _parse_label(node.timeline_label)
                 args = {"name": node.node_name, "op": op}
