@@ -42,7 +42,6 @@ A framework that is not installed gets a "not installed" row.
 """
 
 import argparse
-import ctypes
 import os
 import platform
 import time
@@ -53,7 +52,6 @@ import vector_path
 
 import towerflow as tf
 from towerflow import training
-from towerflow.backends import cpu_threads
 from towerflow.device import host
 from towerflow.recipes.cifar10 import RECIPE, WIDTHS
 
@@ -320,13 +318,12 @@ def versions(**modules):
 
 def openblas_core():
     """The kernel set NumPy's OpenBLAS runs (e.g. Haswell: AVX2; SkylakeX: AVX-512),
-    or None: towerflow's GEMMs run at its speed (OPENBLAS_CORETYPE overrides it)."""
-    for library in cpu_threads._loaded_openblas():
-        for name in ("scipy_openblas_get_corename64_", "openblas_get_corename"):
-            function = getattr(library, name, None)
-            if function is not None:
-                function.restype = ctypes.c_char_p
-                return function().decode()
+    or None: towerflow's GEMMs run at its speed (OPENBLAS_CORETYPE overrides it).
+    threadpoolctl reads it from every OpenBLAS the process loaded, on any OS."""
+    from threadpoolctl import threadpool_info
+    for library in threadpool_info():
+        if library.get("internal_api") == "openblas" and library.get("architecture"):
+            return library["architecture"]
     return None
 
 

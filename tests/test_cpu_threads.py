@@ -179,3 +179,42 @@ def test_compiled_kernels_split_short_but_heavy_work_across_the_threads():
     assert pool.compiled_parts(64, cpu_threads.MIN_PARALLEL_FLOPS - 1) == 1
     assert pool.compiled_parts(1, flops) == 1
     assert cpu_threads.SERIAL.compiled_parts(64, flops) == 1
+
+
+# -- ConfigProto(intra_op_parallelism_threads=N) ---------------------------------------------
+
+
+def workers_seen_in_a_run(config, pool):
+    """What ``pool`` lets an op of a Session run with ``config`` use: read by a
+    py_func inside the run, and by a second run on another Python thread."""
+    import towerflow as tf
+    tf.reset_default_graph()
+    seen = tf.py_func(lambda: np.int32(pool.active_workers), [], tf.int32)
+    with tf.Session(config=config) as sess:
+        inside = int(sess.run(seen))
+        parts = pool.parts(1000, cpu_threads.MIN_PARALLEL_ELEMENTS * 10)
+    return inside, parts
+
+
+def test_intra_op_parallelism_threads_caps_the_pool_within_the_sessions_runs():
+    """Issue 33, item 7: the setting was stored and never read. Inside a run
+    of a Session configured for one thread, an op splits across one; the
+    pool keeps its own count outside the run and in other Sessions."""
+    import towerflow as tf
+    pool = cpu_threads.WorkerPool(3)
+    one = tf.ConfigProto(intra_op_parallelism_threads=1)
+    two = tf.ConfigProto(intra_op_parallelism_threads=2)
+    assert workers_seen_in_a_run(one, pool) == (1, 3)
+    assert workers_seen_in_a_run(two, pool) == (2, 3)
+    assert workers_seen_in_a_run(tf.ConfigProto(), pool) == (3, 3)
+    assert workers_seen_in_a_run(tf.ConfigProto(intra_op_parallelism_threads=8), pool) == \
+        (3, 3)          # only ever lowered: the pool has three threads
+
+
+def test_intra_op_parallelism_threads_must_be_a_thread_count():
+    import towerflow as tf
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match=r"^ConfigProto\(intra_op_parallelism_threads="
+                           + f"{bad!r}".replace("(", r"\(").replace(".", r"\.")
+                           + r"\): expected a number of threads, an int >= 0"):
+            tf.ConfigProto(intra_op_parallelism_threads=bad)

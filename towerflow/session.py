@@ -11,6 +11,7 @@ import contextlib
 import threading
 
 from . import backends, errors, plan_capture, switches, tracing
+from .backends.cpu_threads import intra_op_threads
 from .backends.queues import deadline_after
 from .device import runtime
 from .graph import core
@@ -38,6 +39,12 @@ class ConfigProto:
     empty queue, an enqueue into a full one) before DeadlineExceededError;
     0: no limit, as in TF.
 
+    ``intra_op_parallelism_threads``: how many threads one op's work is
+    split across on the CPU in this Session's runs (its kernels and BLAS);
+    0: the CPU pool's own count (TOWERFLOW_CPU_THREADS, else the usable
+    cores), which it can only lower. ``inter_op_parallelism_threads`` is
+    accepted and changes nothing: a plan runs its ops one after another.
+
     ``cuda_graphs`` (towerflow's own): capture plans that run on a GPU into
     CUDA graphs from their second run (see :mod:`towerflow.plan_capture`)."""
 
@@ -48,10 +55,19 @@ class ConfigProto:
         self.allow_soft_placement = allow_soft_placement
         self.device_count = dict(device_count or {})
         self.gpu_options = gpu_options or GPUOptions()
-        self.intra_op_parallelism_threads = intra_op_parallelism_threads
+        self.intra_op_parallelism_threads = _thread_count(
+            "intra_op_parallelism_threads", intra_op_parallelism_threads)
         self.inter_op_parallelism_threads = inter_op_parallelism_threads
         self.cuda_graphs = bool(cuda_graphs)
         self.operation_timeout_in_ms = int(operation_timeout_in_ms)
+
+
+def _thread_count(name, value):
+    """``value`` as a thread count (an int >= 0), else a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"ConfigProto({name}={value!r}): expected a number of threads, "
+                         "an int >= 0 (0: the default)")
+    return value
 
 
 _default_session_stack = []
@@ -90,6 +106,7 @@ class Session:
         # thread: compiling and creating Session state happen under this lock.
         self._lock = threading.RLock()
         self._blocking_timeout_ms = self._config.operation_timeout_in_ms
+        self._intra_op_threads = getattr(self._config, "intra_op_parallelism_threads", 0)
         if self._config.log_device_placement:
             for line in runtime.device_mapping_lines():
                 logger.info(line)
@@ -109,7 +126,7 @@ class Session:
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
         if run_metadata is not None and getattr(options, "trace_level", 0):
-            with self._deadline(options):
+            with self._deadline(options), intra_op_threads(self._intra_op_threads):
                 return self._run_traced(fetches, feed_dict or {}, run_metadata)
         # The hot path: the cache lookup inline (see _cached_plan). Compiling
         # happens outside the lookup's ``except``, so an error raised while
@@ -121,9 +138,9 @@ class Session:
             compiled = None     # unhashable fetch structure: never cached
         plan, mapper = compiled or self._compile(fetches, feed_dict or {})
         feed_values = feed_dict.values() if feed_dict else ()
-        if options is None and not self._blocking_timeout_ms:
+        if options is None and not self._blocking_timeout_ms and not self._intra_op_threads:
             return mapper.build(plan.run(feed_values))
-        with self._deadline(options):
+        with self._deadline(options), intra_op_threads(self._intra_op_threads):
             return mapper.build(plan.run(feed_values))
 
     @staticmethod

@@ -36,7 +36,6 @@ off and holds BLAS to one thread too.
 """
 
 import contextlib
-import ctypes
 import os
 import queue
 import threading
@@ -157,12 +156,30 @@ class WorkerPool(Serial):
         self._pid = None
         self._blas_threads = None     # BLAS's own count, once held to one thread
         self.contention = Contention()
+        self._cap = threading.local()  # this thread's limit (a Session's intra-op threads)
         _POOLS.add(self)
 
+    @property
+    def active_workers(self):
+        """The workers this thread's work may use: ``workers``, or fewer
+        inside :func:`intra_op_threads`."""
+        cap = getattr(self._cap, "workers", 0)
+        return min(self.workers, cap) if cap else self.workers
+
+    @contextlib.contextmanager
+    def capped(self, workers):
+        """Work of this thread uses at most ``workers`` workers inside the block."""
+        saved = getattr(self._cap, "workers", 0)
+        self._cap.workers = workers
+        try:
+            yield
+        finally:
+            self._cap.workers = saved
+
     def parts(self, size, elements):
-        if elements < MIN_PARALLEL_ELEMENTS or self.workers == 1:
+        if elements < MIN_PARALLEL_ELEMENTS or self.active_workers == 1:
             return 1
-        return min(size, self.workers * self.parts_per_worker)
+        return min(size, self.active_workers * self.parts_per_worker)
 
     def gemm_parts(self, size, flops, rows=None):
         if (size if rows is None else rows) < MIN_SPLIT_ROWS:
@@ -177,12 +194,12 @@ class WorkerPool(Serial):
         # convolutions' GEMM and transforms) are single-threaded, so OpenBLAS's
         # own threads are no alternative; a 4x4 layer of 128 channels at batch
         # 64 (1,024 rows) ran on one core.
-        if flops < MIN_PARALLEL_FLOPS or size < 2 or self.workers == 1:
+        if flops < MIN_PARALLEL_FLOPS or size < 2 or self.active_workers == 1:
             return 1
         self._start()
-        parts = self.workers * self.parts_per_worker
+        parts = self.active_workers * self.parts_per_worker
         if flops < parts * MIN_PART_FLOPS:
-            parts = self.workers
+            parts = self.active_workers
         return min(size, parts)
 
     def blas_threads(self, flops):
@@ -195,10 +212,10 @@ class WorkerPool(Serial):
         machine that made small GEMMs up to 50x slower). A pool of one worker
         (TOWERFLOW_CPU_THREADS=1) never gives them back."""
         self._start()
-        if (flops < MIN_PARALLEL_FLOPS or self.workers == 1 or not self._blas_threads
+        if (flops < MIN_PARALLEL_FLOPS or self.active_workers == 1 or not self._blas_threads
                 or self.contention.contended()):
             return _NO_CONTEXT
-        return _BlasThreads(self._blas_threads)
+        return _BlasThreads(min(self._blas_threads, self.active_workers))
 
     def run(self, work, count):
         self._holding_the_pool(self._run, work, count)
@@ -215,7 +232,7 @@ class WorkerPool(Serial):
         """``runner(work, count)`` with the pool held and started; serially
         instead for one part, one worker, or a pool already busy (a call from a
         part, or from a second Python thread)."""
-        if count <= 1 or self.workers == 1 or not self._busy.acquire(blocking=False):
+        if count <= 1 or self.active_workers == 1 or not self._busy.acquire(blocking=False):
             return Serial.run(self, work, count)
         try:
             self._start()
@@ -224,11 +241,11 @@ class WorkerPool(Serial):
             self._busy.release()
 
     def _run_on_c_threads(self, work, count):
-        native.run_parts(work, count, self.workers)
+        native.run_parts(work, count, self.active_workers)
 
     def _run(self, work, count):
         job = _Job(work, count)
-        helpers = min(count, self.workers) - 1
+        helpers = min(count, self.active_workers) - 1
         for inbox in self._inboxes[:helpers]:
             inbox.put(job)
         try:
@@ -285,11 +302,26 @@ class _Job:
                 return
             try:
                 self.work(part)
-            except BaseException as err:  # noqa: B036 - re-raised by the caller
+            except BaseException as err:  # noqa: B036, BLE001 - re-raised by the caller
                 self.errors[part] = err
 
 
 _POOLS = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def intra_op_threads(count):
+    """Inside the block, this thread's kernels split their work across at most
+    ``count`` threads of every CPU pool (and BLAS's): a Session's
+    ``ConfigProto(intra_op_parallelism_threads=count)``; 0 leaves the pools'
+    own counts (TOWERFLOW_CPU_THREADS, else the usable cores)."""
+    if not count:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        for pool in list(_POOLS):
+            stack.enter_context(pool.capped(count))
+        yield
 
 
 def _forget_threads_after_fork():
@@ -415,24 +447,6 @@ def get_blas_threads():
     """The thread count of the first BLAS loaded, or None."""
     libraries = _blas_controllers()
     return libraries[0].get_num_threads() if libraries else None
-
-
-def _loaded_openblas():
-    """ctypes handles of every OpenBLAS this process has loaded (found through
-    /proc/self/maps: Linux only; [] elsewhere): benchmarks name its kernels."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split(None, 5)[5].strip() for line in maps
-                     if line.count(" ") >= 5 and "openblas" in line.lower()}
-    except OSError:
-        return []
-    libraries = []
-    for path in sorted(paths):
-        try:
-            libraries.append(ctypes.CDLL(path))
-        except OSError:
-            pass
-    return libraries
 
 
 def cpu_pool():
