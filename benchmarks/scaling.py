@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import towerflow as tf
-from towerflow.device import runtime
+from towerflow.device import host, runtime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -90,7 +90,7 @@ def split_devices(args):
             * args.max_towers)
 
 
-def plot(rows, path):
+def plot(rows, path, args):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -99,17 +99,37 @@ def plot(rows, path):
         print("matplotlib is not installed: no plot (pip install 'towerflow[plot]')")
         return
     towers = [row["towers"] for row in rows]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
     left.plot(towers, [row["samples_per_sec"] for row in rows], "o-")
-    left.set(xlabel="towers", ylabel="samples / s", title="throughput")
+    # from 0: a throughput axis starting at its lowest point magnifies noise
+    left.set(xlabel=tower_label(args), ylabel="samples / s", title="throughput",
+             ylim=(0, 1.1 * max(row["samples_per_sec"] for row in rows)))
     right.plot(towers, [row["efficiency"] for row in rows], "o-")
     right.axhline(1.0, color="grey", linewidth=0.5)
-    right.set(xlabel="towers", ylabel="vs. one tower", title="efficiency", ylim=(0, 1.2))
+    right.set(xlabel=tower_label(args), ylabel="vs. one tower", title="efficiency",
+              ylim=(0, max(1.2, 1.1 * max(row["efficiency"] for row in rows))))
     for axes in (left, right):
         axes.set_xticks(towers)
+    figure.suptitle(f"{args.model}, global batch {args.batch}, {machine(args)}, "
+                    f"{time.strftime('%Y-%m-%d', time.gmtime())}", fontsize="medium")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     print(f"wrote {path}")
+
+
+def tower_label(args):
+    """What a tower is in this run: on the CPU, logical CPUs of one process
+    sharing its cores (the towers' overhead, not a speed-up)."""
+    if args.device_type == "cpu":
+        return f"towers (logical CPUs sharing {host.usable_cores()} cores)"
+    return "towers (GPUs or logical GPUs)"
+
+
+def machine(args):
+    if args.device_type == "gpu":
+        return "GPU"
+    cpu = host.cpu()
+    return f"{cpu['model']}, {cpu['usable_cores']} cores"
 
 
 def main():
@@ -138,7 +158,7 @@ def main():
                    "device_type": args.device_type, "rows": rows,
                    "python": platform.python_version(), "cpus": os.cpu_count()}, out, indent=2)
     print(f"wrote {args.out}.json")
-    plot(rows, args.out + ".png")
+    plot(rows, args.out + ".png", args)
 
 
 if __name__ == "__main__":

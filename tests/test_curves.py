@@ -136,11 +136,12 @@ def test_png_shows_step_curve_epoch_means_and_test_accuracy(tmp_path, no_gpu):
     assert (loss_axes.get_xlabel(), loss_axes.get_ylabel()) == ("epoch", "training loss")
     assert (accuracy_axes.get_xlabel(), accuracy_axes.get_ylabel()) == ("epoch", "accuracy")
     lines = {line.get_label(): line for line in accuracy_axes.get_lines()}
-    assert set(lines) == {"train, every 4 steps", "train, epoch mean", "test, end of epoch"}
+    assert set(lines) == {"train, every 4 steps", "train, epoch mean",
+                          "test, end of epoch or run"}
     epoch_rows = [row for row in rows if row["kind"] == "epoch"]
     step_rows = [row for row in rows if row["kind"] == "step"]
-    assert list(lines["test, end of epoch"].get_xdata()) == [1, 2, 3]
-    assert list(lines["test, end of epoch"].get_ydata()) == [
+    assert list(lines["test, end of epoch or run"].get_xdata()) == [1, 2, 3]
+    assert list(lines["test, end of epoch or run"].get_ydata()) == [
         row["test_accuracy"] for row in epoch_rows]
     assert list(lines["train, epoch mean"].get_xdata()) == [0.5, 1.5, 2.5]
     assert list(lines["train, epoch mean"].get_ydata()) == [
@@ -154,6 +155,55 @@ def test_png_shows_step_curve_epoch_means_and_test_accuracy(tmp_path, no_gpu):
         ticks = [tick for tick in axes.get_xticks() if 0 <= tick <= 3]
         assert ticks == [0, 1, 2, 3]
     plt.close(figure)
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the run's Curve.plot draws (the last one is the PNG's)."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    figures, draw = [], curves.draw
+
+    def keep(*args, **kwargs):
+        figures.append(draw(*args, **kwargs))
+        return figures[-1]
+    monkeypatch.setattr(curves, "draw", keep)
+    return figures
+
+
+def labelled(axes):
+    return {line.get_label(): line for line in axes.get_lines()}
+
+
+def test_a_run_stopped_mid_epoch_plots_that_epoch_and_the_final_test_accuracy(
+        tmp_path, drawn, no_gpu):
+    """Issue 33, item 5: the PNG left out the final partial epoch and the test
+    accuracy at the run's end, and named neither the run nor its date."""
+    result = training.fit(get("digits"), towers(1), steps=30, quiet=True,
+                          checkpoint_dir=str(tmp_path), log_every=5)
+    loss_axes, accuracy_axes = drawn[-1].axes
+    reached = 30 / STEPS_PER_EPOCH
+    means = labelled(accuracy_axes)["train, epoch mean"]
+    assert list(means.get_xdata()) == [0.5, (1 + reached) / 2]
+    assert means.get_ydata()[-1] == pytest.approx(result["train_accuracy"], rel=1e-6)
+    tested = labelled(accuracy_axes)["test, end of epoch or run"]
+    assert list(tested.get_xdata())[-1] == pytest.approx(reached)
+    assert tested.get_ydata()[-1] == pytest.approx(result["test_accuracy"], rel=1e-6)
+    assert labelled(loss_axes)["train, epoch mean"].get_ydata()[-1] == pytest.approx(
+        result["train_loss"], rel=1e-6)
+    title = drawn[-1].get_suptitle()
+    assert title.startswith("digits: 1 tower, batch 64, 20") and title.endswith(" UTC")
+
+
+def test_a_one_step_run_plots_a_visible_point_and_says_every_step(tmp_path, drawn, no_gpu):
+    training.fit(get("digits"), towers(2), steps=1, quiet=True, checkpoint_dir=str(tmp_path),
+                 log_every=1)
+    loss_axes = drawn[-1].axes[0]
+    steps = labelled(loss_axes)["train, every step"]     # "every 1 steps" before
+    assert len(steps.get_xdata()) == 1 and steps.get_marker() == "."
+    low, high = loss_axes.get_ylim()
+    assert high - low >= 0.01 * steps.get_ydata()[0]     # not float32 rounding magnified
+    assert drawn[-1].get_suptitle().startswith("digits: 2 towers, batch 64, ")
 
 
 def run_cli(*args):

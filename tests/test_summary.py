@@ -2,8 +2,10 @@
 TensorBoard's own reader (EventAccumulator), as TensorBoard reads them."""
 
 import io
+import json
 import math
 import os
+import re
 import subprocess
 import sys
 import types
@@ -299,9 +301,12 @@ def test_train_writes_loss_accuracy_learning_rate_and_throughput(tmp_path):
     pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
     board = tmp_path / "tb"
     done = run_cli("train", "digits", "--cpu-towers", "2", "--steps", "25", "--log-every", "5",
-                   "--quiet", "--tensorboard", str(board))
+                   "--quiet", "--tensorboard", str(board), "--json-out",
+                   str(tmp_path / "run.json"))
     assert done.returncode == 0, done.stderr
-    events = read_events(board)
+    run = json.loads((tmp_path / "run.json").read_text())["tensorboard_run"]
+    assert [str(path) for path in board.iterdir()] == [run]
+    events = read_events(run)
     rows = {tag: [(event.step, event.value) for event in events.Scalars(tag)]
             for tag in events.Tags()["scalars"]}
     for tag in ("train/loss", "train/accuracy", "train/learning_rate",
@@ -320,6 +325,22 @@ def test_train_writes_loss_accuracy_learning_rate_and_throughput(tmp_path):
     assert [step for step, _ in rows["epoch/test_accuracy"]] == [23]
     assert 0.5 < rows["epoch/test_accuracy"][0][1] <= 1.0
     assert [step for step, _ in rows["epoch/loss"]] == [23]
+
+
+def test_each_run_logged_to_one_directory_is_a_run_of_its_own(tmp_path):
+    """Issue 33, item 5: two runs into one --tensorboard DIR wrote into DIR
+    itself, which TensorBoard showed as one run with every step twice."""
+    pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
+    board = tmp_path / "tb"
+    for _ in range(2):
+        done = run_cli("train", "digits", "--steps", "4", "--log-every", "2", "--quiet",
+                       "--tensorboard", str(board))
+        assert done.returncode == 0, done.stderr
+    runs = sorted(board.iterdir())
+    assert len(runs) == 2 and all(re.fullmatch(r"digits-\d{8}-\d{6}(-2)?", run.name)
+                                  for run in runs)
+    for run in runs:
+        assert [event.step for event in read_events(run).Scalars("train/loss")] == [2, 4]
 
 
 def test_tensorboard_option_is_refused_for_script_recipes(tmp_path):

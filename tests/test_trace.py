@@ -451,7 +451,8 @@ def test_train_writes_tensorboard_files_and_a_trace_in_one_run(tmp_path):
     assert done.returncode == 0, done.stderr
     processes, _ = trace_rows(tmp_path / "t.json")
     assert processes == [f"{cpu(0)} Compute", f"{cpu(1)} Compute"]
-    events = EventAccumulator(str(tmp_path / "tb"))
+    (run,) = (tmp_path / "tb").iterdir()         # the run's own directory
+    events = EventAccumulator(str(run))
     events.Reload()
     assert {"train/loss", "train/accuracy", "train/learning_rate",
             "train/samples_per_sec"} <= set(events.Tags()["scalars"])

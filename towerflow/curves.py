@@ -20,8 +20,19 @@ mid-epoch reports the same epoch means as one never interrupted.
 import csv
 import math
 import os
+import typing
 
 POINTS_PER_RUN = 50     # the step rows a run gets when --log-every is not given
+FEW_POINTS = 20         # fewer step rows than this are drawn as dots too
+
+
+class PartialEpoch(typing.NamedTuple):
+    """The epoch a run stopped in: its start (whole epochs), the position the
+    run reached (in epochs), its means so far and the test accuracy then."""
+    epoch: int
+    reached: float
+    means: object
+    test_accuracy: float | None
 
 
 def default_log_every(total_steps):
@@ -128,7 +139,11 @@ class Recorder:
             self._write("epoch", epoch + 1, means, test_accuracy)
             self.epoch = Means()
         if self.curve is not None:
-            self.curve.plot(self.log_every)
+            # A run that stops mid-epoch draws that epoch so far (not a CSV row:
+            # a resumed run continues the epoch).
+            partial = None if finished else PartialEpoch(
+                epoch, self.batches_done / self.batches_per_epoch, means, test_accuracy)
+            self.curve.plot(self.log_every, partial)
         return means
 
     def summary(self):
@@ -210,8 +225,9 @@ class Curve:
 
     COLUMNS = ("kind", "epoch", "step", "samples", "loss", "train_accuracy", "test_accuracy")
 
-    def __init__(self, directory):
+    def __init__(self, directory, title=None):
         os.makedirs(directory, exist_ok=True)
+        self.title = title          # the PNG's (the run: recipe, towers, batch, date)
         self.csv_path = os.path.join(directory, "training_curve.csv")
         self.png_path = os.path.join(directory, "training_curve.png")
 
@@ -247,15 +263,16 @@ class Curve:
             with open(self.csv_path, "w", newline="") as out:
                 csv.writer(out).writerows(kept)
 
-    def plot(self, log_every):
-        """Redraw the PNG; without matplotlib, the CSV alone is the record."""
+    def plot(self, log_every, partial=None):
+        """Redraw the PNG (``partial``: the PartialEpoch a run stopped in, or
+        None); without matplotlib, the CSV alone is the record."""
         try:
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
             return
-        figure = draw(self.rows(), log_every)
+        figure = draw(self.rows(), log_every, partial, self.title)
         figure.savefig(self.png_path, dpi=100)
         plt.close(figure)
 
@@ -268,42 +285,71 @@ def _epoch_rows_of_old_format(path):
                  row["test_accuracy"]] for row in csv.DictReader(source)]
 
 
-def draw(rows, log_every):
+def draw(rows, log_every, partial=None, title=None):
     """A matplotlib Figure of the curve ``rows`` (Curve.rows()): loss on the left,
     accuracy on the right, against epochs (integer ticks). The step rows are a
-    thin line; each epoch's mean is a bar across that epoch with a dot at its
-    middle (the mean covers the whole epoch); test accuracy is a dot at each
-    epoch's end.
+    thin line (with dots when there are few); each epoch's mean is a bar
+    across that epoch with a dot at its middle (the mean covers the whole
+    epoch); test accuracy is a dot at each epoch's end. ``partial`` (a
+    PartialEpoch) adds the epoch a run stopped in, up to where it stopped.
 
-    >>> draw(Curve("ckpt").rows(), 4).savefig("curve.png")
+    >>> draw(Curve("ckpt").rows(), 4, title="digits, 2 towers").savefig("curve.png")
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
     steps = [row for row in rows if row["kind"] == "step"]
-    epochs = [row for row in rows if row["kind"] == "epoch"]
+    epochs = [_EpochSpan(row["epoch"] - 1, row["epoch"], row["loss"], row["train_accuracy"],
+                         row["test_accuracy"]) for row in rows if row["kind"] == "epoch"]
+    if partial is not None and partial.means.samples:
+        epochs.append(_EpochSpan(partial.epoch, partial.reached, partial.means.loss,
+                                 partial.means.accuracy, partial.test_accuracy))
     figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    dots = "." if len(steps) < FEW_POINTS else ""
     for axes, column in ((loss_axes, "loss"), (accuracy_axes, "train_accuracy")):
-        axes.plot([row["epoch"] for row in steps], [row[column] for row in steps], "-",
-                  color="tab:blue", linewidth=0.8, alpha=0.6,
-                  label=f"train, every {log_every} steps")
+        axes.plot([row["epoch"] for row in steps], [row[column] for row in steps], dots + "-",
+                  color="tab:blue", linewidth=0.8, alpha=0.6, label=_every(log_every))
         _draw_epoch_means(axes, epochs, column)
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.set_xlim(left=0)
-    tested = [row for row in epochs if row["test_accuracy"] is not None]
-    accuracy_axes.plot([row["epoch"] for row in tested],
-                       [row["test_accuracy"] for row in tested], "s-", color="tab:orange",
-                       label="test, end of epoch")
+    _at_least_a_percent(loss_axes)
+    tested = [span for span in epochs if span.test_accuracy is not None]
+    accuracy_axes.plot([span.end for span in tested], [span.test_accuracy for span in tested],
+                       "s-", color="tab:orange", label="test, end of epoch or run")
     loss_axes.set(xlabel="epoch", ylabel="training loss")
     accuracy_axes.set(xlabel="epoch", ylabel="accuracy", ylim=(0, 1.02))
     for axes in (loss_axes, accuracy_axes):
         axes.legend(fontsize="small")
+    if title:
+        figure.suptitle(title)
     figure.tight_layout()
     return figure
 
 
-def _draw_epoch_means(axes, epoch_rows, column):
-    ends = [row["epoch"] for row in epoch_rows]
-    means = [row[column] for row in epoch_rows]
-    axes.hlines(means, [end - 1 for end in ends], ends, color="tab:green", linewidth=2)
-    axes.plot([end - 0.5 for end in ends], means, "o", color="tab:green",
+class _EpochSpan(typing.NamedTuple):   # an epoch's means, drawn from start to end
+    start: float
+    end: float
+    loss: float
+    train_accuracy: float
+    test_accuracy: float | None
+
+
+def _at_least_a_percent(axes):
+    """Widen a y axis spanning under 1 % of its values to 4 % around them: a
+    flat curve (one step) is a flat line, not float32 rounding magnified."""
+    low, high = axes.get_ylim()
+    middle = (low + high) / 2
+    if high - low < 0.01 * abs(middle):
+        axes.set_ylim(middle * 0.98, middle * 1.02) if middle > 0 else \
+            axes.set_ylim(middle * 1.02, middle * 0.98)
+
+
+def _every(log_every):
+    return "train, every step" if log_every == 1 else f"train, every {log_every} steps"
+
+
+def _draw_epoch_means(axes, spans, column):
+    means = [getattr(span, column) for span in spans]
+    axes.hlines(means, [span.start for span in spans], [span.end for span in spans],
+                color="tab:green", linewidth=2)
+    axes.plot([(span.start + span.end) / 2 for span in spans], means, "o", color="tab:green",
               label="train, epoch mean")

@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import tempfile
+import time
 
 import numpy as np
 
@@ -102,6 +103,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
                            config=ConfigProto(log_device_placement=log_device_placement))
             curve_state = _start(sess, model, pipeline, saved)
             steps = training_rate.StepClock()
+            board_dir = new_tensorboard_run(tensorboard, recipe.name) \
+                if tensorboard and model.is_chief else None
             plan = _Model(total=total, record=record, checkpoint_dir=checkpoint_dir,
                           clock=run_control.CheckpointClock(checkpoint_every, checkpoint_secs),
                           quiet=quiet or not model.is_chief,
@@ -109,7 +112,9 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
                           else None,
                           recorder=_recorder(model, pipeline, checkpoint_dir, log_every, total,
                                              curve_state,
-                                             _board(sess, model, tensorboard, steps)),
+                                             _board(sess, model, board_dir, steps),
+                                             run_title(recipe.name, model.strategy,
+                                                       record["batch_size"])),
                           trace=(trace, trace_steps), steps=steps)
             try:
                 result = _train(sess, model, pipeline, splits, plan)
@@ -117,6 +122,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
                 plan.recorder.close()
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
                   all_reduce=model.strategy.communicator.name, precision=record["precision"])
+    if board_dir:
+        result["tensorboard_run"] = board_dir
     if json_out and model.is_chief:
         with naming_path(json_out):
             write_json(json_out, result)
@@ -193,6 +200,23 @@ def _learning_rate(optimizer):
     return optimizer._hyper_values().get("learning_rate")
 
 
+def new_tensorboard_run(parent, recipe_name):
+    """A new directory for this run's TensorBoard files in ``parent``:
+    ``parent/<recipe>-<UTC time>`` (``-2``, ``-3``... if taken), so that runs
+    logged to one ``--tensorboard DIR`` are TensorBoard's separate runs, not
+    one run with every step twice."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    for attempt in range(1, 1000):
+        name = f"{recipe_name}-{stamp}" + ("" if attempt == 1 else f"-{attempt}")
+        path = os.path.join(parent, name)
+        try:
+            os.makedirs(path)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{parent!r}: no free run directory for {recipe_name}-{stamp}")
+
+
 def _board(sess, model, directory, steps):
     """Rank 0's TensorBoard curve in ``directory``, or None; its samples/s are
     of the training time ``steps`` (a training_rate.StepClock) counts."""
@@ -231,15 +255,31 @@ def _start(sess, model, pipeline, saved):
     return extra_state.get("curves")
 
 
-def _recorder(model, pipeline, checkpoint_dir, log_every, total, state, board=None):
+def _recorder(model, pipeline, checkpoint_dir, log_every, total, state, board=None,
+              title=None):
     """The run's curves.Recorder, continuing a resumed run's running means;
-    ``board``: a curves.TensorBoardCurve also given its rows, or None."""
+    ``board``: a curves.TensorBoardCurve also given its rows, or None;
+    ``title``: the curve PNG's."""
     position = pipeline.state()
     done = position["epoch"] * pipeline.batches_per_epoch + \
         position["position"] // position["batch_size"]
-    curve = curves.Curve(checkpoint_dir) if checkpoint_dir and model.is_chief else None
+    curve = curves.Curve(checkpoint_dir, title) if checkpoint_dir and model.is_chief else None
     cadence = curves.choose_log_every(log_every, state, total)
     return curves.Recorder(curve, cadence, pipeline.batches_per_epoch, done, state, board)
+
+
+def run_title(recipe_name, strategy, batch_size):
+    """What a run is, for its plots: ``'digits: 2 towers, batch 64, 2026-11-29
+    13:40 UTC'`` (under ``launch -n 2``: ``2 ranks x 1 tower``)."""
+    towers = _count(strategy.num_towers, "tower")
+    if strategy.num_ranks > 1:
+        towers = f"{strategy.num_ranks} ranks x {towers}"
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"{recipe_name}: {towers}, batch {batch_size}, {date}"
+
+
+def _count(number, noun):
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _train(sess, model, pipeline, splits, plan):
