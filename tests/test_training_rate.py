@@ -54,9 +54,9 @@ def test_samples_per_sec_leaves_out_evaluation_and_the_first_step(slow_clock, no
 def test_tensorboard_samples_per_sec_leaves_out_evaluation(slow_clock, no_gpu, tmp_path):
     ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     # rows of 10 steps; epoch 1 (23 steps) ends with a 1000 s evaluation
-    training.fit(get("digits"), ["/cpu:0"], batch_size=64, steps=40, quiet=True,
-                 log_every=10, tensorboard=str(tmp_path))
-    events = ea.EventAccumulator(str(tmp_path))
+    result = training.fit(get("digits"), ["/cpu:0"], batch_size=64, steps=40, quiet=True,
+                          log_every=10, tensorboard=str(tmp_path))
+    events = ea.EventAccumulator(result["tensorboard_run"])
     events.Reload()
     rates = {event.step: event.value for event in events.Scalars("train/samples_per_sec")}
     assert sorted(rates) == [10, 20, 30, 40]
@@ -78,7 +78,10 @@ def test_the_summary_line_shows_the_json_figures():
               "eval_seconds": 11.35}
     assert cli_train.summary_line(result) == (
         "cifar10: test accuracy 0.4583, 491 samples/s of training (median step 521 ms) "
-        "on 1 towers (/cpu:0), 37.1 s in all (11.3 s of evaluation)")
+        "on 1 tower (/cpu:0), 37.1 s in all (11.3 s of evaluation)")
+    launched = dict(result, towers=2, devices=["/cpu:0", "/cpu:1"], world_size=2)
+    assert "on 2 ranks x 2 towers (/cpu:0, /cpu:1 each), 37.1 s" in \
+        cli_train.summary_line(launched)
 
 
 def test_step_clock_medians_and_rate_leave_out_the_first_step(monkeypatch):

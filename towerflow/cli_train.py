@@ -124,7 +124,7 @@ def run_train(args):
     except run_control.StopNow as stop:
         print(f"towerflow: {stop}; no checkpoint written", file=sys.stderr)
         return 128 + stop.signum
-    if not args.quiet:
+    if not args.quiet and _is_rank_zero():      # one summary for the job, not one a rank
         print(summary_line(result))
     return 0
 
@@ -134,12 +134,18 @@ def summary_line(result):
 
     >>> summary_line(result)
     'cifar10: test accuracy 0.4583, 491 samples/s of training (median step 521 ms) on 1
-    towers (/cpu:0), 37.1 s in all (11.4 s of evaluation)'
+    tower (/cpu:0), 37.1 s in all (11.4 s of evaluation)'
+
+    Under ``towerflow launch -n 2``: ``... on 2 ranks x 1 tower (/cpu:0 each) ...``.
     """
     step = f" (median step {result['step_ms']:.0f} ms)" if result["step_ms"] else ""
+    towers = f"{result['towers']} tower" + ("" if result["towers"] == 1 else "s")
+    devices = ", ".join(result["devices"])
+    ranks = result.get("world_size", 1)
+    where = f"{ranks} ranks x {towers} ({devices} each)" if ranks > 1 else \
+        f"{towers} ({devices})"
     return (f"{result['recipe']}: test accuracy {result['test_accuracy']:.4f}, "
-            f"{result['samples_per_sec']:.0f} samples/s of training{step} on "
-            f"{result['towers']} towers ({', '.join(result['devices'])}), "
+            f"{result['samples_per_sec']:.0f} samples/s of training{step} on {where}, "
             f"{result['wall_seconds']:.1f} s in all ({result['eval_seconds']:.1f} s of "
             f"evaluation)")
 
@@ -338,7 +344,7 @@ def _versions():
         found["cupy"] = cupy.__version__
         found["cuda_runtime"] = _call(lambda: cupy.cuda.runtime.runtimeGetVersion())
         found["nccl"] = _call(lambda: cupy.cuda.nccl.get_version())
-    except Exception:   # CuPy missing or broken: devices_report says why
+    except Exception:  # noqa: BLE001 - CuPy missing or broken: devices_report says why
         found["cupy"] = None
     return found
 
@@ -346,7 +352,7 @@ def _versions():
 def _call(getter):
     try:
         return getter()
-    except Exception:
+    except Exception:  # noqa: BLE001 - a version a broken library cannot tell
         return None
 
 

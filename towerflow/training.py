@@ -121,6 +121,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
             finally:
                 plan.recorder.close()
     result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
+                  world_size=model.strategy.num_ranks,
+                  total_towers=model.strategy.num_shards,
                   all_reduce=model.strategy.communicator.name, precision=record["precision"])
     if board_dir:
         result["tensorboard_run"] = board_dir
