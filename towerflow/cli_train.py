@@ -46,30 +46,46 @@ def positive_seconds(text):
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def add_train_parser(commands):
-    train = commands.add_parser("train", help="train a recipe: towerflow train digits")
-    train.add_argument("recipe")
+def add_train_parser(commands, parents=()):
+    train = commands.add_parser("train", parents=list(parents),
+                                help="train a recipe: towerflow train digits")
+    from .recipes import NAMES
+    train.add_argument("recipe", help=f"the recipe to train: {', '.join(NAMES)}")
     where = train.add_mutually_exclusive_group()
-    where.add_argument("--devices", help="comma-separated towers, e.g. /gpu:0,/gpu:1")
-    where.add_argument("--towers", type=positive_int, help="the first N GPUs (or logical CPUs)")
-    where.add_argument("--cpu-towers", type=positive_int, help="N logical CPUs as towers")
+    where.add_argument("--devices", help="comma-separated towers, e.g. /gpu:0,/gpu:1 "
+                                         "(default: every GPU, else the CPU's cores)")
+    where.add_argument("--towers", type=positive_int,
+                       help="the first N GPUs (or logical CPUs) (default: all of them)")
+    where.add_argument("--cpu-towers", type=positive_int,
+                       help="N logical CPUs as towers, sharing the cores (default: none)")
     train.add_argument("--all-reduce", default="auto",
-                       choices=["auto", "cpu", "local", "nccl", "mpi"])
+                       choices=["auto", "cpu", "local", "nccl", "mpi"],
+                       help="how the towers' gradients are summed (default auto: NCCL "
+                            "between GPUs, MPI between ranks, else on the host)")
     train.add_argument("--precision", default=None,
                        choices=["float32", "mixed_float16", "mixed_bfloat16"],
                        help="mixed_float16: float16 compute, float32 weights, loss scaling; "
                             "mixed_bfloat16: bfloat16 compute, float32 weights, no scaling "
                             "(default float32)")
-    train.add_argument("--batch-size", type=positive_int)
-    train.add_argument("--epochs", type=positive_int, help="the run's total length in epochs")
+    train.add_argument("--batch-size", type=positive_int,
+                       help="the global batch, split across the towers (default: the "
+                            "recipe's)")
+    train.add_argument("--epochs", type=positive_int,
+                       help="the run's total length in epochs (default: the recipe's)")
     train.add_argument("--steps", type=positive_int, help="the run's total length in steps "
-                                                          "(with --epochs: the smaller)")
+                                                          "(with --epochs: the smaller; "
+                                                          "default: by --epochs)")
     train.add_argument("--schedule-steps", type=positive_int, metavar="STEPS",
                        help="the learning-rate schedule spans STEPS steps (default: the "
                             "run's length); such a run can be resumed to any --steps")
-    train.add_argument("--seed", type=int, default=None, help="default 0")
-    train.add_argument("--data-dir")
-    train.add_argument("--checkpoint-dir")
+    train.add_argument("--seed", type=int, default=None,
+                       help="the seed of the weights and the data order (default 0)")
+    train.add_argument("--data-dir", help="the recipe's data files (cifar10 needs it; "
+                                          "default: the data a package ships, e.g. "
+                                          "scikit-learn's digits)")
+    train.add_argument("--checkpoint-dir",
+                       help="write checkpoints, the training curve and the run's options "
+                            "here (default: none)")
     train.add_argument("--resume", action="store_true",
                        help="continue the run of --checkpoint-dir to its end")
     train.add_argument("--extend", action="store_true",
@@ -77,30 +93,40 @@ def add_train_parser(commands):
     train.add_argument("--checkpoint-every", type=positive_int, metavar="STEPS",
                        help="checkpoint every STEPS steps (default: each epoch's end)")
     train.add_argument("--checkpoint-secs", type=positive_seconds, metavar="SECONDS",
-                       help="checkpoint every SECONDS seconds")
+                       help="checkpoint every SECONDS seconds (default: no clock)")
     train.add_argument("--keep-checkpoints", type=positive_int, default=3, metavar="K",
                        help="keep the last K checkpoints (default 3)")
-    train.add_argument("--log-device-placement", action="store_true")
-    train.add_argument("--json-out")
+    train.add_argument("--log-device-placement", action="store_true",
+                       help="log the device of every op, as TF's ConfigProto option")
+    train.add_argument("--json-out", metavar="FILE",
+                       help="write the run's summary (accuracy, speed, devices) as JSON "
+                            "to FILE (default: none)")
     train.add_argument("--log-every", type=int, metavar="STEPS",
                        help="a training-curve row every STEPS steps (default: about 50 "
                             "rows a run)")
     train.add_argument("--trace", metavar="FILE",
                        help="write a Chrome trace (Perfetto, chrome://tracing) of a few "
-                            "training steps to FILE")
+                            "training steps to FILE (default: none)")
     train.add_argument("--trace-steps", type=positive_int, metavar="N",
                        help="with --trace: trace N steps from the run's second (default 3)")
     train.add_argument("--tensorboard", metavar="DIR",
                        help="write the training curves (loss, accuracy, learning rate, "
-                            "samples/s) as TensorBoard event files in DIR")
-    train.add_argument("--quiet", action="store_true")
-    devices = commands.add_parser("devices", help="the devices towerflow sees, and why "
-                                                  "no GPU is usable if none is")
-    devices.add_argument("--json", action="store_true")
+                            "samples/s) as TensorBoard event files in a new run directory "
+                            "in DIR (default: none)")
+    train.add_argument("--quiet", action="store_true",
+                       help="no progress bars or summary line; log warnings only")
+    devices = commands.add_parser("devices", parents=list(parents),
+                                  help="the devices towerflow sees, and why no GPU is "
+                                       "usable if none is")
+    devices.add_argument("--json", action="store_true",
+                         help="print the report as JSON")
 
 
 def run_train(args):
     from . import recipes, run_control, run_record, training
+    if args.quiet and getattr(args, "log_level", None) is None:
+        from .log import set_level
+        set_level("warning")        # --quiet: warnings and errors only
     recipe = recipes.get(args.recipe)
     if args.log_every is not None:
         from .curves import check_log_every

@@ -29,6 +29,26 @@ if not logger.handlers:
     logger.propagate = False
 
 
+def set_level(name):
+    """The logger's level by name: 'debug', 'info', 'warning' or 'error'."""
+    logger.setLevel(name.upper())
+
+
+def level_from_environment():
+    """Apply TOWERFLOW_LOG_LEVEL, if set to a level (a bad value is left to
+    switches.check(), which names it when a Session or the CLI starts)."""
+    from . import switches
+    try:
+        level = switches.log_level()
+    except ValueError:
+        return
+    if level:
+        set_level(level)
+
+
+level_from_environment()
+
+
 def get_logger():
     """The ``towerflow`` logger: ``tf.get_logger().setLevel('WARNING')``."""
     return logger

@@ -6,6 +6,8 @@ such as ``TOWERFLOW_NATIVE=banana`` used to mean "on" without a word.
 ``TOWERFLOW_CPU_THREADS`` takes a whole number of threads from 1 to
 :data:`MOST_CPU_THREADS` (it used to ignore ``abc``, ``-1`` and ``0``, and
 ``100000`` failed inside the first op that split its work).
+``TOWERFLOW_LOG_LEVEL`` takes debug, info, warning or error (the logger's
+level at import; the command line's ``--log-level`` overrides it).
 
 :func:`check` runs when a Session is made and when the command line starts,
 so a bad value stops the run before any work, in one line::
@@ -56,8 +58,26 @@ def cpu_threads(environ=None):
     return count
 
 
+LOG_LEVEL = "TOWERFLOW_LOG_LEVEL"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def log_level(environ=None):
+    """TOWERFLOW_LOG_LEVEL (debug, info, warning or error, in any case) in
+    lower case, or None when unset; ValueError for anything else."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(LOG_LEVEL, "").strip().lower()
+    if not value:
+        return None
+    if value not in LOG_LEVELS:
+        raise ValueError(f"{LOG_LEVEL}={environ[LOG_LEVEL]!r}: expected one of "
+                         f"{', '.join(LOG_LEVELS)}")
+    return value
+
+
 def check(environ=None):
     """Raise ValueError naming the first switch set to a value it does not take."""
     for name in ON_OFF:
         on(name, environ)
     cpu_threads(environ)
+    log_level(environ)
