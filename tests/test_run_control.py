@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from towerflow import run_control
+from towerflow.train import checkpoint_format
 from towerflow.train.checkpoint_format import latest_checkpoint, read_checkpoint
 
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
@@ -31,6 +32,7 @@ RUN = ["digits", "--batch-size", "64", "--seed", "3", "--quiet"]
 def environment(**extra):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop(run_control.SELF_SIGNAL_ENV, None)
+    env.pop(checkpoint_format.KILL_AT_ENV, None)
     return dict(env, **extra)
 
 
@@ -232,6 +234,44 @@ def test_sigkill_while_a_checkpoint_is_written_keeps_the_previous_one(tmp_path, 
     assert_same_run(outcome(directory), straight(2))
 
 
+@pytest.mark.parametrize("point", ["checkpoint-renamed", "state-temporary"])
+def test_a_kill_in_the_first_checkpoint_write_after_its_rename_resumes_from_it(
+        tmp_path, straight, point):
+    """Killed after the first checkpoint got its name but before the state file
+    listed it (issue 32, item 5): the directory used to be wedged, --resume
+    refused (no state file) and so did a new run (a model-*.npz is there).
+    --resume now finds the file and loses none of its steps; a new run is
+    still refused, pointing at --resume, so nothing is overwritten."""
+    directory = tmp_path / "ck"
+    died = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS),
+                 env=environment(**{checkpoint_format.KILL_AT_ENV: f"{point}@1"}))
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert sorted(path.name for path in directory.glob("model-*.npz")) == ["model-23.npz"]
+    assert not (directory / "checkpoint").exists()
+    fresh = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS))
+    assert fresh.returncode == 2 and "add --resume to continue that run" in fresh.stderr
+    resumed = train(directory, "digits", "--cpu-towers", "1", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "epoch 1:" not in resumed.stdout and "epoch 2:" in resumed.stdout   # from step 23
+    assert_same_run(outcome(directory), straight(1))
+
+
+def test_a_kill_in_the_first_checkpoint_write_before_its_rename_leaves_a_fresh_start(
+        tmp_path, straight):
+    """Killed before the first checkpoint got its name: there is nothing to
+    resume (--resume says so in one line) and a new run starts over it."""
+    directory = tmp_path / "ck"
+    died = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS),
+                 env=environment(**{checkpoint_format.KILL_AT_ENV: "checkpoint-temporary@1"}))
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert not list(directory.glob("model-*.npz")) and list(directory.glob(".model-23.npz.*"))
+    refused = train(directory, "digits", "--cpu-towers", "1", "--resume")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    fresh = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS))
+    assert fresh.returncode == 0, fresh.stderr
+    assert_same_run(outcome(directory), straight(1))
+
+
 @pytest.mark.parametrize("setup, message", [
     (lambda d: None, "does not exist"),
     (lambda d: d.mkdir(), "has no checkpoint index file"),
@@ -251,9 +291,10 @@ def test_a_new_run_never_writes_over_another_runs_checkpoints(tmp_path):
     assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5").returncode == 0
     (directory / "checkpoint").unlink()                 # the index lost, the files kept
     before = (directory / "model-5.npz").read_bytes()
-    for extra in ([], ["--resume"]):
-        refused = train(directory, *RUN, "--cpu-towers", "1", "--steps", "9", *extra)
-        assert refused.returncode == 2 and "model-5.npz" in refused.stderr
+    refused = train(directory, *RUN, "--cpu-towers", "1", "--steps", "9")
+    assert refused.returncode == 2 and "model-5.npz" in refused.stderr
+    found = train(directory, "digits", "--cpu-towers", "1", "--resume")   # finds model-5
+    assert found.returncode == 0 and "already reached its end (step 5 of 5)" in found.stdout
     assert (directory / "model-5.npz").read_bytes() == before
 
 

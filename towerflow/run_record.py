@@ -18,9 +18,11 @@ stretched to the new length)::
 
 import glob
 import os
+import re
 
-from .train.checkpoint_format import (get_checkpoint_state, latest_checkpoint,
-                                      read_checkpoint)
+from . import errors
+from .train.checkpoint_format import (_skip_warning, checkpoint_exists, checkpoint_prefix,
+                                      get_checkpoint_state, read_checkpoint)
 
 # The options that define the model and the data order (besides the length).
 DEFINING = ("recipe", "batch_size", "seed", "precision", "schedule_steps")
@@ -97,25 +99,56 @@ def schedule_span(record, total):
 
 
 def resume_checkpoint(checkpoint_dir):
-    """The newest good checkpoint of ``checkpoint_dir`` for --resume;
-    FileNotFoundError (one line) when there is none to resume from, so a
-    resumed run never starts again from step 0 over good files."""
+    """The newest good checkpoint of ``checkpoint_dir`` for --resume: of those
+    its state file lists and of its ``model-<step>.npz`` files, so a run killed
+    between writing a checkpoint and listing it (the first one, say) resumes
+    from that file. FileNotFoundError (one line) when there is none to resume
+    from, so a resumed run never starts again from step 0 over good files."""
     if not checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir")
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"--resume: --checkpoint-dir {checkpoint_dir!r} does not "
                                 "exist; drop --resume to start a new run")
-    state = get_checkpoint_state(checkpoint_dir)
-    if state is None or not state.model_checkpoint_path:
+    candidates = _candidates(checkpoint_dir)
+    if not candidates:
         raise FileNotFoundError(f"--resume: {checkpoint_dir!r} has no checkpoint index "
-                                f"file 'checkpoint' listing a checkpoint{_found(checkpoint_dir)}")
-    _check_inside(checkpoint_dir, [state.model_checkpoint_path,
-                                   *state.all_model_checkpoint_paths])
-    path = latest_checkpoint(checkpoint_dir)
-    if path is None:
-        raise FileNotFoundError(f"--resume: no checkpoint listed in "
-                                f"{os.path.join(checkpoint_dir, 'checkpoint')} is readable")
-    return path
+                                "file 'checkpoint' listing a checkpoint, and no model-*.npz")
+    for path in candidates:
+        try:
+            return checkpoint_prefix(read_checkpoint(path).path)
+        except (errors.DataLossError, errors.NotFoundError) as err:
+            _skip_warning(path, err)
+    raise FileNotFoundError(f"--resume: no checkpoint in {checkpoint_dir!r} is readable "
+                            f"(tried {', '.join(map(os.path.basename, candidates))})")
+
+
+def _candidates(checkpoint_dir):
+    """The checkpoints to resume from, newest step first: those the state file
+    lists (refused if one lies outside ``checkpoint_dir``) and the directory's
+    model-<step>.npz files (a killed run may have written one it never listed)."""
+    state = get_checkpoint_state(checkpoint_dir)
+    listed = []
+    if state is not None and state.model_checkpoint_path:
+        listed = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
+        _check_inside(checkpoint_dir, listed)
+    found = [os.path.join(checkpoint_dir, name) for name in _model_files(checkpoint_dir)]
+    unique = dict.fromkeys(os.path.normpath(checkpoint_prefix(path)) for path in listed + found)
+    return sorted(unique, key=_step_of, reverse=True)     # stable: the listed first on a tie
+
+
+def kept_checkpoints(checkpoint_dir, resumed):
+    """The checkpoints (prefixes, oldest first) a run resumed from ``resumed``
+    goes on pruning: the listed ones and the unlisted files a killed write left,
+    up to ``resumed`` (later ones it writes again)."""
+    last = _step_of(resumed)
+    return [path for path in reversed(_candidates(checkpoint_dir))
+            if _step_of(path) <= last and checkpoint_exists(path)]
+
+
+def _step_of(path):
+    """The step in a checkpoint's name (``ck/model-300`` -> 300), -1 if none."""
+    match = re.search(r"-(\d+)$", checkpoint_prefix(path))
+    return int(match.group(1)) if match else -1
 
 
 def inside(directory, path):
@@ -145,11 +178,6 @@ def _check_fresh_directory(checkpoint_dir):
 def _model_files(directory):
     return sorted(os.path.basename(path)
                   for path in glob.glob(os.path.join(glob.escape(directory), "model-*.npz")))
-
-
-def _found(directory):
-    files = _model_files(directory)
-    return f" (it holds {', '.join(files[:3])})" if files else ""
 
 
 def _describe(length):

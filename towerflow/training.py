@@ -29,7 +29,7 @@ from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
 from .parallel.agreement import check_ranks_agree
 from .session import ConfigProto, Session
-from .train import Saver, checkpoint_exists, get_checkpoint_state, get_or_create_global_step
+from .train import Saver, get_or_create_global_step
 from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
 from .training_trace import StepTraces
 
@@ -248,12 +248,9 @@ def _start(sess, model, pipeline, saved):
         return None
     extra_state = model.saver.restore(sess, saved.path)
     pipeline.restore(extra_state["pipeline"])
-    directory = os.path.dirname(saved.path)
-    listed = get_checkpoint_state(directory)
     # pruned later: only this run's own directory (run_record refused the others)
     model.saver.recover_last_checkpoints(
-        [path for path in listed.all_model_checkpoint_paths
-         if run_record.inside(directory, path) and checkpoint_exists(path)])
+        run_record.kept_checkpoints(os.path.dirname(saved.path), saved.path))
     return extra_state.get("curves")
 
 
