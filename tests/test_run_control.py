@@ -46,15 +46,22 @@ def train(directory, *args, env=None, launch=False):
                           env=env or environment())
 
 
+# The JSON summary's timings, which differ from run to run.
+TIMINGS = {"samples_per_sec", "step_ms", "first_step_seconds", "eval_seconds", "wall_seconds"}
+
+
 def outcome(directory):
-    """(final loss, {variable: array}) of the run whose checkpoints are in ``directory``."""
+    """(final loss, steps, {variable: array}, the summary's other figures) of the
+    run whose checkpoints are in ``directory``."""
     summary = json.loads(Path(str(directory) + ".json").read_text())
     checkpoint = read_checkpoint(latest_checkpoint(str(directory)))
-    return summary["final_loss"], summary["steps"], checkpoint.variables
+    figures = {key: value for key, value in summary.items() if key not in TIMINGS}
+    return summary["final_loss"], summary["steps"], checkpoint.variables, figures
 
 
 def assert_same_run(got, want):
     assert got[:2] == want[:2]                          # final loss and step, exactly
+    assert got[3] == want[3]                            # accuracies, devices, ...
     assert sorted(got[2]) == sorted(want[2])
     for name, value in want[2].items():
         np.testing.assert_array_equal(got[2][name], value, err_msg=name)
@@ -121,8 +128,8 @@ def test_resume_on_another_tower_count_is_the_straight_run_up_to_reordering(tmp_
     resumed = subprocess.run([*PYTHON, "train", *words], check=False, capture_output=True,
                              text=True, timeout=300, env=environment())
     assert resumed.returncode == 0, resumed.stderr
-    loss, steps, values = outcome(directory)
-    want_loss, want_steps, want_values = straight(2)
+    loss, steps, values, _ = outcome(directory)
+    want_loss, want_steps, want_values, _ = straight(2)
     assert steps == want_steps == STEPS
     assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
     for name, value in want_values.items():
@@ -160,7 +167,8 @@ def test_steps_is_the_runs_total(tmp_path, straight):
     again = train(directory, "digits", "--cpu-towers", "1", "--resume")
     assert again.returncode == 0
     assert again.stdout.strip() == (f"towerflow: the run in {directory} already reached its "
-                                    "end (step 30 of 30); nothing to do")
+                                    "end (step 30 of 30); nothing to do but write its "
+                                    f"summary, saved in model-30, to {directory}.json")
     longer = train(directory, "digits", "--cpu-towers", "1", "--steps", "60", "--resume")
     assert longer.returncode == 2
     assert longer.stderr.count("\n") == 1 and "add --extend" in longer.stderr
@@ -269,6 +277,25 @@ def test_a_kill_in_the_first_checkpoint_write_before_its_rename_leaves_a_fresh_s
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     fresh = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS))
     assert fresh.returncode == 0, fresh.stderr
+    assert_same_run(outcome(directory), straight(1))
+
+
+def test_a_kill_after_the_final_checkpoint_loses_no_summary(tmp_path, straight):
+    """Killed after the final checkpoint, before --json-out was written (issue
+    32, item 6): the summary used to be lost for good, --resume saying only
+    'nothing to do'. The final checkpoint holds the summary, and --resume of
+    the finished run writes it to --json-out."""
+    directory = tmp_path / "ck"
+    died = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS),
+                 env=environment(**{checkpoint_format.KILL_AT_ENV: "state-renamed@3"}))
+    assert died.returncode == -signal.SIGKILL, died.stderr      # written at 23, 46 and 60
+    assert latest_checkpoint(str(directory)).endswith("model-60")
+    assert not Path(str(directory) + ".json").exists()
+    again = train(directory, "digits", "--cpu-towers", "1", "--resume")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (
+        f"towerflow: the run in {directory} already reached its end (step 60 of 60); "
+        f"nothing to do but write its summary, saved in model-60, to {directory}.json")
     assert_same_run(outcome(directory), straight(1))
 
 

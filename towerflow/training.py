@@ -81,7 +81,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
         pipeline.close()
         raise run_record.RunAlreadyFinished(
             f"the run in {checkpoint_dir} already reached its end (step "
-            f"{saved.global_step} of {total}); nothing to do")
+            f"{saved.global_step} of {total}); nothing to do"
+            f"{_write_saved_summary(saved, json_out)}")
     graph = core.Graph()
     with graph.as_default():
         with _policy(record["precision"]):
@@ -115,23 +116,46 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
                                              _board(sess, model, board_dir, steps),
                                              run_title(recipe.name, model.strategy,
                                                        record["batch_size"])),
-                          trace=(trace, trace_steps), steps=steps)
+                          trace=(trace, trace_steps), steps=steps,
+                          describe=_describe(recipe, devices, model, record, board_dir))
             try:
                 result = _train(sess, model, pipeline, splits, plan)
             finally:
                 plan.recorder.close()
-    result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
-                  world_size=model.strategy.num_ranks,
-                  total_towers=model.strategy.num_shards,
-                  all_reduce=model.strategy.communicator.name, precision=record["precision"])
-    if board_dir:
-        result["tensorboard_run"] = board_dir
     if json_out and model.is_chief:
         with naming_path(json_out):
             write_json(json_out, result)
     if checkpoint_dir and model.is_chief:       # a killed write's leftovers (.*.tmp-PID-*)
         remove_stale_temporaries(checkpoint_dir)
     return result
+
+
+def _describe(recipe, devices, model, record, board_dir):
+    """The summary's keys that say what ran, and where its TensorBoard files are."""
+    strategy = model.strategy
+    described = {"recipe": recipe.name, "devices": list(devices), "towers": len(devices),
+                 "world_size": strategy.num_ranks, "total_towers": strategy.num_shards,
+                 "all_reduce": strategy.communicator.name, "precision": record["precision"]}
+    if board_dir:
+        described["tensorboard_run"] = board_dir
+    return described
+
+
+def _write_saved_summary(saved, json_out):
+    """Write the summary a finished run saved in its final checkpoint ``saved``
+    to ``json_out`` (rank 0), so a run killed before it wrote --json-out loses
+    nothing; what was done, for the 'nothing to do' line."""
+    from .parallel.mpi import rank_from_environment
+    summary, name = saved.extra_state.get("summary"), os.path.basename(
+        checkpoint_prefix(saved.path))
+    if not json_out:
+        return ""
+    if summary is None:
+        return f"; {name} holds no summary (an older towerflow wrote it): no {json_out}"
+    if rank_from_environment() == 0:
+        with naming_path(json_out):
+            write_json(json_out, summary)
+    return f" but write its summary, saved in {name}, to {json_out}"
 
 
 @contextlib.contextmanager
@@ -288,7 +312,7 @@ def _train(sess, model, pipeline, splits, plan):
     recorder = plan.recorder
     step = first_step = int(sess.run(model.global_step))
     traces = StepTraces(*plan.trace, first_step, model.strategy)
-    start, last_loss, test_accuracy = training_rate.clock(), None, None
+    start, last_loss, test_accuracy, summary = training_rate.clock(), None, None, None
     steps, evaluation = plan.steps, _Evaluation(sess, model, splits.test)
     hook, plan.saved_step = run_control.self_signal_hook(), first_step
     # NOTE: an OSError without a file name (the curve files' disk full, say)
@@ -320,17 +344,22 @@ def _train(sess, model, pipeline, splits, plan):
                 test_accuracy = evaluation.run()
                 means = recorder.end_epoch(epoch, ended, test_accuracy)
                 _end_of_epoch(plan, epoch, ended, (means.loss, means.accuracy, test_accuracy))
+            if step >= plan.total:      # saved with the final checkpoint (--resume reads it)
+                summary = _summary(plan, step, last_loss, test_accuracy, evaluation, start)
             if stop or step >= plan.total or plan.clock.due(step, ended):
-                _save(sess, model, pipeline, plan, step)
+                _save(sess, model, pipeline, plan, step, summary)
             if stop:
                 raise run_control.Interrupted(stop, step, epoch + 1, plan.saved_path)
-    if test_accuracy is None:
-        test_accuracy = evaluation.run()
-    wall = training_rate.clock() - start
     traces.finish()
-    return {"steps": step, "final_loss": _float(last_loss), **recorder.summary(),
-            "test_accuracy": _float(test_accuracy), **steps.summary(),
-            "eval_seconds": evaluation.seconds, "wall_seconds": wall}
+    return summary
+
+
+def _summary(plan, step, last_loss, test_accuracy, evaluation, start):
+    """The run's summary (the keys of --json-out), at its end."""
+    return {"steps": step, "final_loss": _float(last_loss), **plan.recorder.summary(),
+            "test_accuracy": _float(test_accuracy), **plan.steps.summary(),
+            "eval_seconds": evaluation.seconds,
+            "wall_seconds": training_rate.clock() - start, **plan.describe}
 
 
 class _Evaluation:
@@ -368,16 +397,18 @@ def _end_of_epoch(plan, epoch, finished, figures):
               f"test accuracy {test_accuracy:.4f}", flush=True)
 
 
-def _save(sess, model, pipeline, plan, step):
+def _save(sess, model, pipeline, plan, step, summary=None):
     """A checkpoint at ``step`` (once per step; rank 0 only): the variables, the
-    data order's position (a mid-epoch resume replays the rest of the epoch)
-    and the run's record."""
+    data order's position (a mid-epoch resume replays the rest of the epoch),
+    the run's record and, at the run's end, its ``summary``."""
     plan.clock.saved()
     if not plan.checkpoint_dir or not model.is_chief or step == plan.saved_step:
         return
     os.makedirs(plan.checkpoint_dir, exist_ok=True)
     state = {"epoch": pipeline.epochs_completed, "pipeline": pipeline.state(),
              "run": plan.record, "curves": plan.recorder.state()}
+    if summary is not None:
+        state["summary"] = summary
     with naming_path(plan.checkpoint_dir):
         plan.saved_path = model.saver.save(sess, os.path.join(plan.checkpoint_dir, "model"),
                                            global_step=step, extra_state=state)
