@@ -12,18 +12,16 @@ logits, the optimizer and its defaults. ``fit`` does the rest::
 """
 
 import contextlib
-import errno
-import json
 import os
-import tempfile
 import time
 
 import numpy as np
 
 from . import data as data_module
-from . import (curves, mixed_precision, progress, run_control, run_lock, run_record,
-               training_rate)
+from . import (curves, mixed_precision, progress, resume_point, run_control, run_lock,
+               run_record, training_rate)
 from .api import losses
+from .data.pipeline import check_state
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
@@ -31,6 +29,7 @@ from .parallel.agreement import check_ranks_agree
 from .session import ConfigProto, Session
 from .train import Saver, get_or_create_global_step
 from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
+from .run_outputs import check_output_paths, naming_path, write_json
 from .training_trace import StepTraces
 
 EVAL_BATCH = 1000
@@ -69,10 +68,11 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     splits = recipe.load(data_dir)
     options = {"batch_size": batch_size, "seed": seed, "precision": precision,
                "schedule_steps": schedule_steps, "steps": steps, "epochs": epochs}
-    record, saved = run_record.resolve(recipe, options, checkpoint_dir, resume, extend)
+    pipeline_options = recipe.pipeline_options(splits.train)
+    record, saved = run_record.resolve(recipe, options, checkpoint_dir, resume, extend,
+                                       _pipeline_check(splits.train, pipeline_options))
     check_output_paths(checkpoint_dir=checkpoint_dir, json_out=json_out, trace=trace,
                        tensorboard=tensorboard)
-    pipeline_options = recipe.pipeline_options(splits.train)
     pipeline = data_module.Pipeline(splits.train.images, splits.train.labels,
                                     record["batch_size"], seed=record["seed"],
                                     **pipeline_options)
@@ -139,6 +139,14 @@ def _describe(recipe, devices, model, record, board_dir):
     if board_dir:
         described["tensorboard_run"] = board_dir
     return described
+
+
+def _pipeline_check(train, pipeline_options):
+    """``check(state, batch_size)``: ValueError unless a Pipeline over ``train``
+    can continue from a checkpoint's pipeline ``state``."""
+    drop_remainder = pipeline_options.get("drop_remainder", False)
+    return lambda state, batch_size: check_state(state, batch_size, len(train.labels),
+                                                 drop_remainder)
 
 
 def _write_saved_summary(saved, json_out):
@@ -274,7 +282,7 @@ def _start(sess, model, pipeline, saved):
     pipeline.restore(extra_state["pipeline"])
     # pruned later: only this run's own directory (run_record refused the others)
     model.saver.recover_last_checkpoints(
-        run_record.kept_checkpoints(os.path.dirname(saved.path), saved.path))
+        resume_point.kept_checkpoints(os.path.dirname(saved.path), saved.path))
     return extra_state.get("curves")
 
 
@@ -468,67 +476,3 @@ def _prepare(model, images):
 
 def _float(value):
     return None if value is None else float(value)
-
-
-def check_output_paths(checkpoint_dir=None, json_out=None, trace=None, tensorboard=None):
-    """OSError naming the path unless ``checkpoint_dir`` and ``tensorboard`` are
-    (or can be made) writable directories and ``json_out`` and ``trace``
-    writable files: checked before training, so a run never fails only at its
-    end.
-
-    Example::
-
-        >>> check_output_paths(checkpoint_dir="ckpt", json_out="run.json")
-    """
-    if checkpoint_dir:
-        _probe_directory(checkpoint_dir, "--checkpoint-dir")
-    if tensorboard:
-        _probe_directory(tensorboard, "--tensorboard")
-    for path, option in ((json_out, "--json-out"), (trace, "--trace")):
-        if path:
-            _check_output_file(path, option)
-
-
-def _check_output_file(path, option):
-    if os.path.isdir(path):
-        raise IsADirectoryError(errno.EISDIR, f"{option} is a directory, not a file", path)
-    _probe_directory(os.path.dirname(os.path.abspath(path)), f"{option}'s folder")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise PermissionError(errno.EACCES, f"{option} is not writable", path)
-
-
-def _probe_directory(directory, what):
-    """Make ``directory`` if missing and write (then remove) a file in it."""
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise NotADirectoryError(errno.ENOTDIR, f"{what} is a file, not a directory",
-                                 directory)
-    with naming_path(directory):
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-
-
-@contextlib.contextmanager
-def naming_path(path):
-    """Re-raise an OSError without a file name (a write that found the disk
-    full, say) with ``path``, so the one-line error says where.
-
-    Example::
-
-        >>> with naming_path("ckpt"):
-        ...     saver.save(sess, "ckpt/model")
-    """
-    try:
-        yield
-    except OSError as err:
-        if err.filename is not None or err.errno is None:
-            raise
-        raise type(err)(err.errno, err.strerror, path) from err
-
-
-def write_json(path, result):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with open(path, "w") as out:
-        json.dump(result, out, indent=2)
-

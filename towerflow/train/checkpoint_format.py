@@ -104,6 +104,7 @@ def read_checkpoint(save_path, with_variables=True):
     NotFoundError if there is no such file, DataLossError naming the file if
     it is truncated or any checksum does not match."""
     path = _resolve(save_path)
+    _check_zip(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             header = _read_header(npz, path)
@@ -148,6 +149,21 @@ def _resolve(save_path):
         return path
     raise errors.NotFoundError(None, None, f"Checkpoint {save_path} not found (no file "
                                f"{save_path} or {save_path}.npz)")
+
+
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")     # a zip's first entry, or an empty zip
+
+
+def _check_zip(path):
+    """DataLossError unless ``path`` starts as a zip does: NumPy would take any
+    other file for a pickle and suggest loading it unsafely."""
+    try:
+        with open(path, "rb") as stream:
+            magic = stream.read(4)
+    except OSError as err:
+        raise _data_loss(path, f"{type(err).__name__}: {err}") from err
+    if magic not in _ZIP_MAGIC:
+        raise _data_loss(path, "not an .npz file (a zip archive)")
 
 
 def _data_loss(path, reason):
@@ -326,6 +342,9 @@ def get_checkpoint_state(checkpoint_dir, latest_filename=None):
             text = stream.read()
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as err:
+        raise errors.DataLossError(None, None, f"Checkpoint state file {state_path} is not "
+                                   f"UTF-8 text: {err}") from err
     fields = collections.defaultdict(list)
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -354,8 +373,8 @@ def _candidates(checkpoint_dir, latest_filename=None):
 
 def latest_checkpoint(checkpoint_dir, latest_filename=None):
     """The prefix (TensorFlow's name, ``'ckpt/model-300'``) of the newest
-    checkpoint in ``checkpoint_dir`` that verifies (every checksum), or None; a corrupt or missing newer one is skipped with a
-    warning. Example: ``saver.restore(sess, tf.train.latest_checkpoint('ckpt'))``."""
+    checkpoint in ``checkpoint_dir`` that verifies (every checksum), or None; a
+    corrupt or missing newer one is skipped with a warning. Example: ``saver.restore(sess, tf.train.latest_checkpoint('ckpt'))``."""
     for path in _candidates(checkpoint_dir, latest_filename):
         try:
             return checkpoint_prefix(read_checkpoint(path).path)
