@@ -284,7 +284,8 @@ def test_a_kill_after_the_final_checkpoint_loses_no_summary(tmp_path, straight):
     """Killed after the final checkpoint, before --json-out was written (issue
     32, item 6): the summary used to be lost for good, --resume saying only
     'nothing to do'. The final checkpoint holds the summary, and --resume of
-    the finished run writes it to --json-out."""
+    the finished run writes it to --json-out, and removes the killed run's lock
+    as that run would have at its end."""
     directory = tmp_path / "ck"
     died = train(directory, *RUN, "--cpu-towers", "1", "--steps", str(STEPS),
                  env=environment(**{checkpoint_format.KILL_AT_ENV: "state-renamed@3"}))
@@ -297,6 +298,7 @@ def test_a_kill_after_the_final_checkpoint_loses_no_summary(tmp_path, straight):
         f"towerflow: the run in {directory} already reached its end (step 60 of 60); "
         f"nothing to do but write its summary, saved in model-60, to {directory}.json")
     assert_same_run(outcome(directory), straight(1))
+    assert not list(directory.glob(".*")), "the killed run's lock is left"
 
 
 @pytest.mark.parametrize("setup, message", [

@@ -79,6 +79,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     total = run_record.total_steps(record, pipeline.batches_per_epoch)
     if saved is not None and saved.global_step >= total:
         pipeline.close()
+        _tidy_finished(checkpoint_dir)
         raise run_record.RunAlreadyFinished(
             f"the run in {checkpoint_dir} already reached its end (step "
             f"{saved.global_step} of {total}); nothing to do"
@@ -147,6 +148,15 @@ def _pipeline_check(train, pipeline_options):
     drop_remainder = pipeline_options.get("drop_remainder", False)
     return lambda state, batch_size: check_state(state, batch_size, len(train.labels),
                                                  drop_remainder)
+
+
+def _tidy_finished(checkpoint_dir):
+    """Remove what a run killed after its final checkpoint left (its lock, the
+    temporaries of its writes), as the run would have at its end; rank 0."""
+    from .parallel.mpi import rank_from_environment
+    if rank_from_environment() == 0:
+        with run_lock.held(checkpoint_dir):
+            remove_stale_temporaries(checkpoint_dir)
 
 
 def _write_saved_summary(saved, json_out):
