@@ -111,17 +111,24 @@ class Run:
         last), then run it to its end; its directory."""
         log = []
         for kill in [*kills, None]:
-            start = newest_step(directory)          # 0: nothing written, start again
-            resume = ["--resume"] if start else []
-            env = kill.environment(self, start) if kill else {}
-            delay = kill.seconds if isinstance(kill, AfterSeconds) else None
-            ended = self._start(directory, [*resume, "--keep-checkpoints", "2"], env, delay)
+            start = newest_step(directory)
+            ended = self.once(directory, kill)
             log.append(f"{kill!r} from step {start}: exit {ended.returncode}")
             print(f"{directory}: {log[-1]}")            # pytest shows it on a failure
             assert ended.returncode in ENDINGS and "Traceback" not in ended.stderr, \
                 "\n".join(log) + "\n" + ended.stderr
         assert ended.returncode == 0, "\n".join(log) + "\n" + ended.stderr
         return Path(directory)
+
+    def once(self, directory, kill=None, resume=None):
+        """One process, killed by ``kill`` (None: not killed); with ``--resume``
+        when ``resume`` or (None) when a checkpoint was written, else a new start."""
+        start = newest_step(directory)
+        resume = bool(start) if resume is None else resume
+        env = kill.environment(self, start) if kill else {}
+        delay = kill.seconds if isinstance(kill, AfterSeconds) else None
+        extra = ["--resume"] if resume else []
+        return self._start(directory, [*extra, "--keep-checkpoints", "2"], env, delay)
 
     def _start(self, directory, extra, env, delay):
         """Run one process (SIGKILLed after ``delay`` seconds, if given)."""
@@ -138,7 +145,6 @@ class Run:
             os.killpg(process.pid, signal.SIGKILL)
             out, err = process.communicate(timeout=self.timeout)
         return subprocess.CompletedProcess(line, process.returncode, out, err)
-
 
     def _options(self, extra):
         """The options of a fresh start, or (``--resume`` in ``extra``) those a
