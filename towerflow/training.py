@@ -26,10 +26,10 @@ from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
 from .parallel.agreement import check_ranks_agree
+from .run_outputs import check_output_paths, naming_path, write_json
 from .session import ConfigProto, Session
 from .train import Saver, get_or_create_global_step
 from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
-from .run_outputs import check_output_paths, naming_path, write_json
 from .training_trace import StepTraces
 
 EVAL_BATCH = 1000
@@ -48,7 +48,9 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     (a run that can later be resumed to another length on the same schedule,
     as TF1's ``decay_steps`` is independent of the steps run). ``resume`` continues the run of
     ``checkpoint_dir`` to its end, with its options (see towerflow/run_record.py;
-    ``extend``: to a new length). ``precision``: 'float32', 'mixed_float16' or
+    ``extend``: to a new length); a run already at its end raises
+    ``run_record.RunAlreadyFinished``, having written the summary its final
+    checkpoint holds to ``json_out``. ``precision``: 'float32', 'mixed_float16' or
     'mixed_bfloat16' (see towerflow.mixed_precision). Checkpoints: every
     ``checkpoint_every`` steps and/or ``checkpoint_secs`` seconds (default:
     each epoch's end), at the end, and on SIGINT/SIGTERM, which raise
@@ -169,7 +171,8 @@ def _write_saved_summary(saved, json_out):
     if not json_out:
         return ""
     if summary is None:
-        return f"; {name} holds no summary (an older towerflow wrote it): no {json_out}"
+        return (f"; --json-out {json_out} not written: {name} holds no summary (an older "
+                "towerflow wrote it)")
     if rank_from_environment() == 0:
         with naming_path(json_out):
             write_json(json_out, summary)
@@ -290,7 +293,7 @@ def _start(sess, model, pipeline, saved):
         return None
     extra_state = model.saver.restore(sess, saved.path)
     pipeline.restore(extra_state["pipeline"])
-    # pruned later: only this run's own directory (run_record refused the others)
+    # pruned later: only this run's own directory (resume_point refused the others)
     model.saver.recover_last_checkpoints(
         resume_point.kept_checkpoints(os.path.dirname(saved.path), saved.path))
     return extra_state.get("curves")
