@@ -13,8 +13,8 @@ import pytest
 
 import towerflow as tf
 from towerflow import cli
-from towerflow.train.checkpoint_format import (_encode_extra_state, get_checkpoint_state,
-                                               read_checkpoint, write_checkpoint)
+from towerflow.train import checkpoint_format
+from towerflow.train.checkpoint_format import get_checkpoint_state, read_checkpoint
 
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
 # 6 of the 12 steps a schedule of its own spans, a checkpoint every 3: model-3 and
@@ -57,7 +57,8 @@ def rewrite(path, change_state=None, change_variables=None):
         change_state(state)
     if change_variables:
         change_variables(variables)
-    write_checkpoint(str(path), variables, saved.global_step, *_encode_extra_state(state))
+    checkpoint_format.write_checkpoint(str(path), variables, saved.global_step,
+                                       *checkpoint_format._encode_extra_state(state))
 
 
 def finished_at(directory):
@@ -77,12 +78,12 @@ def not_a_dict(state):
 
 
 @pytest.mark.parametrize("damage, problem", [
-    (drop_pipeline, "it holds no pipeline state (the data order's position), which "
-                    "--resume needs"),
-    (other_data, "its pipeline state does not fit this run: Pipeline state is for "
-                 "num_examples=5, but this Pipeline has num_examples="),
-    (not_a_dict, "its pipeline state does not fit this run: Pipeline state is a str; "
-                 "expected the dict of seed, epoch, position, batch_size, num_examples"),
+    (drop_pipeline, ("it holds no pipeline state (the data order's position), which "
+                     "--resume needs")),
+    (other_data, ("its pipeline state does not fit this run: Pipeline state is for "
+                  "num_examples=5, but this Pipeline has num_examples=")),
+    (not_a_dict, ("its pipeline state does not fit this run: Pipeline state is a str; "
+                  "expected the dict of seed, epoch, position, batch_size, num_examples")),
 ], ids=["missing", "other-data", "not-a-dict"])
 def test_a_newest_checkpoint_without_good_pipeline_state_is_named_and_skipped(
         run_dir, capsys, damage, problem):
@@ -99,11 +100,11 @@ def test_no_checkpoint_with_pipeline_state_is_one_line_naming_each(run_dir, caps
     rewrite(run_dir / "model-6.npz", change_state=drop_pipeline)
     status, lines = resume(run_dir, capsys)
     assert status == 2
-    assert lines == [
+    assert lines == [(
         f"towerflow: error: --resume: no checkpoint in {str(run_dir)!r} can be resumed "
         f"from: {run_dir}/model-6: it holds no pipeline state (the data order's position), "
         f"which --resume needs; {run_dir}/model-3: Checkpoint {run_dir}/model-3 not found "
-        f"(no file {run_dir}/model-3 or {run_dir}/model-3.npz)"]
+        f"(no file {run_dir}/model-3 or {run_dir}/model-3.npz)")]
 
 
 def test_a_state_file_of_binary_bytes_is_named_and_the_checkpoints_found(run_dir, capsys):
@@ -142,7 +143,7 @@ def test_resuming_weights_that_hold_nan_is_refused_naming_the_variable(run_dir, 
     rewrite(run_dir / "model-6.npz", change_variables=poison)
     status, lines = resume(run_dir, capsys)
     assert status == 2
-    assert lines == [
+    assert lines == [(
         f"towerflow: error: --resume: checkpoint {run_dir}/model-6 holds 3 NaN or infinite "
         f"values in variable '{poison.name}': the run had diverged by step 6, and would "
-        "train on to NaN losses"]
+        "train on to NaN losses")]
