@@ -158,7 +158,8 @@ def test_steps_is_the_runs_total(tmp_path, straight):
     again = train(directory, "digits", "--cpu-towers", "1", "--resume")
     assert again.returncode == 0
     assert again.stdout.strip() == (f"towerflow: the run in {directory} already reached its "
-                                    "end (step 30 of 30); nothing to do")
+                                    "end (step 30 of 30); nothing to do but write its "
+                                    f"summary, saved in model-30, to {directory}.json")
     longer = train(directory, "digits", "--cpu-towers", "1", "--steps", "60", "--resume")
     assert longer.returncode == 2
     assert longer.stderr.count("\n") == 1 and "add --extend" in longer.stderr
@@ -251,9 +252,10 @@ def test_a_new_run_never_writes_over_another_runs_checkpoints(tmp_path):
     assert train(directory, *RUN, "--cpu-towers", "1", "--steps", "5").returncode == 0
     (directory / "checkpoint").unlink()                 # the index lost, the files kept
     before = (directory / "model-5.npz").read_bytes()
-    for extra in ([], ["--resume"]):
-        refused = train(directory, *RUN, "--cpu-towers", "1", "--steps", "9", *extra)
-        assert refused.returncode == 2 and "model-5.npz" in refused.stderr
+    refused = train(directory, *RUN, "--cpu-towers", "1", "--steps", "9")
+    assert refused.returncode == 2 and "model-5.npz" in refused.stderr
+    found = train(directory, "digits", "--cpu-towers", "1", "--resume")   # finds model-5
+    assert found.returncode == 0 and "already reached its end (step 5 of 5)" in found.stdout
     assert (directory / "model-5.npz").read_bytes() == before
 
 

@@ -16,11 +16,8 @@ stretched to the new length)::
     span = schedule_span(record, total)
 """
 
-import glob
-import os
-
-from .train.checkpoint_format import (get_checkpoint_state, latest_checkpoint,
-                                      read_checkpoint)
+from .resume_point import Candidates, model_files
+from .train.checkpoint_format import checkpoint_prefix
 
 # The options that define the model and the data order (besides the length).
 DEFINING = ("recipe", "batch_size", "seed", "precision", "schedule_steps")
@@ -30,25 +27,52 @@ class RunAlreadyFinished(Exception):
     """``--resume`` of a run whose checkpoint is at (or past) the run's end."""
 
 
-def resolve(recipe, options, checkpoint_dir, resume, extend=False):
+def resolve(recipe, options, checkpoint_dir, resume, extend=False, check_pipeline=None):
     """The run's record: ``options`` (recipe, batch_size, seed, precision,
     schedule_steps, steps, epochs; None where not given) completed from the checkpoint on
     resume, or from the recipe's defaults on a fresh start; and the checkpoint
-    to restore (a ``Checkpoint`` without its variables; None on a fresh start).
+    to restore (a ``Checkpoint`` without its variables; None on a fresh start):
+    the newest that verifies and whose pipeline state
+    ``check_pipeline(state, batch_size)`` accepts (it raises if not;
+    see towerflow/resume_point.py).
 
     >>> resolve(digits.RECIPE, {"steps": 60, ...}, "ck", resume=False)
     ({'recipe': 'digits', 'batch_size': 64, 'seed': 0, ..., 'steps': 60}, None)
-    
     """
     if not resume:
         _check_fresh_directory(checkpoint_dir)
         return _fresh(recipe, options), None
-    path = resume_checkpoint(checkpoint_dir)
-    saved = read_checkpoint(path, with_variables=False)
+    candidates = Candidates(checkpoint_dir)
+    for saved in candidates:
+        record = _record_of(saved, recipe, options, extend)
+        problem = _pipeline_problem(saved, record, check_pipeline)
+        if problem:
+            candidates.skip(saved.path, problem)
+            continue
+        candidates.chosen(saved)
+        return record, saved._replace(variables={})
+    raise candidates.none_usable()
+
+
+def _record_of(saved, recipe, options, extend):
+    """The record of a run resumed from ``saved``: its own, with ``options``."""
     record = saved.extra_state.get("run")
     if record is None:      # written before run records: the options as given
-        return _fresh(recipe, options), saved
-    return _merged(dict(record), options, path, extend), saved
+        return _fresh(recipe, options)
+    return _merged(dict(record), options, checkpoint_prefix(saved.path), extend)
+
+
+def _pipeline_problem(saved, record, check_pipeline):
+    """Why ``saved``'s pipeline state cannot be resumed from, or None."""
+    state = saved.extra_state.get("pipeline")
+    if state is None:
+        return "it holds no pipeline state (the data order's position), which --resume needs"
+    try:
+        if check_pipeline is not None:
+            check_pipeline(state, record["batch_size"])
+    except (TypeError, ValueError) as err:
+        return f"its pipeline state does not fit this run: {err}"
+    return None
 
 
 def _fresh(recipe, options):
@@ -96,60 +120,12 @@ def schedule_span(record, total):
     return int(record.get("schedule_steps") or total)
 
 
-def resume_checkpoint(checkpoint_dir):
-    """The newest good checkpoint of ``checkpoint_dir`` for --resume;
-    FileNotFoundError (one line) when there is none to resume from, so a
-    resumed run never starts again from step 0 over good files."""
-    if not checkpoint_dir:
-        raise ValueError("--resume needs --checkpoint-dir")
-    if not os.path.isdir(checkpoint_dir):
-        raise FileNotFoundError(f"--resume: --checkpoint-dir {checkpoint_dir!r} does not "
-                                "exist; drop --resume to start a new run")
-    state = get_checkpoint_state(checkpoint_dir)
-    if state is None or not state.model_checkpoint_path:
-        raise FileNotFoundError(f"--resume: {checkpoint_dir!r} has no checkpoint index "
-                                f"file 'checkpoint' listing a checkpoint{_found(checkpoint_dir)}")
-    _check_inside(checkpoint_dir, [state.model_checkpoint_path,
-                                   *state.all_model_checkpoint_paths])
-    path = latest_checkpoint(checkpoint_dir)
-    if path is None:
-        raise FileNotFoundError(f"--resume: no checkpoint listed in "
-                                f"{os.path.join(checkpoint_dir, 'checkpoint')} is readable")
-    return path
-
-
-def inside(directory, path):
-    """Whether ``path`` lies in ``directory`` (links resolved)."""
-    directory = os.path.realpath(directory)
-    return os.path.commonpath([directory, os.path.realpath(path)]) == directory
-
-
-def _check_inside(checkpoint_dir, paths):
-    """A run reads, and later prunes, only checkpoints inside its own directory: a
-    state file naming one elsewhere (another run's) is refused, not followed."""
-    outside = [path for path in paths if not inside(checkpoint_dir, path)]
-    if outside:
-        raise ValueError(f"--resume: {os.path.join(checkpoint_dir, 'checkpoint')} names "
-                         f"{outside[0]!r}, outside --checkpoint-dir {checkpoint_dir!r}; a run "
-                         "reads and deletes checkpoints only in its own directory")
-
-
 def _check_fresh_directory(checkpoint_dir):
     """A new run must not write over (and later delete) another run's files."""
-    if checkpoint_dir and _model_files(checkpoint_dir):
+    if checkpoint_dir and model_files(checkpoint_dir):
         raise ValueError(f"--checkpoint-dir {checkpoint_dir!r} already holds checkpoints "
-                         f"({', '.join(_model_files(checkpoint_dir)[:3])}); add --resume to "
+                         f"({', '.join(model_files(checkpoint_dir)[:3])}); add --resume to "
                          "continue that run, or choose another directory")
-
-
-def _model_files(directory):
-    return sorted(os.path.basename(path)
-                  for path in glob.glob(os.path.join(glob.escape(directory), "model-*.npz")))
-
-
-def _found(directory):
-    files = _model_files(directory)
-    return f" (it holds {', '.join(files[:3])})" if files else ""
 
 
 def _describe(length):

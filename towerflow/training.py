@@ -12,24 +12,23 @@ logits, the optimizer and its defaults. ``fit`` does the rest::
 """
 
 import contextlib
-import errno
-import json
 import os
-import tempfile
 import time
 
 import numpy as np
 
 from . import data as data_module
-from . import (curves, mixed_precision, progress, run_control, run_lock, run_record,
-               training_rate)
+from . import (curves, mixed_precision, progress, resume_point, run_control, run_lock,
+               run_record, training_rate)
 from .api import losses
+from .data.pipeline import check_state
 from .graph import core
 from .ops import array_ops, constant_ops, math_ops, nn_ops
 from .parallel import DataParallel
 from .parallel.agreement import check_ranks_agree
+from .run_outputs import check_output_paths, naming_path, write_json
 from .session import ConfigProto, Session
-from .train import Saver, checkpoint_exists, get_checkpoint_state, get_or_create_global_step
+from .train import Saver, get_or_create_global_step
 from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
 from .training_trace import StepTraces
 
@@ -49,7 +48,9 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     (a run that can later be resumed to another length on the same schedule,
     as TF1's ``decay_steps`` is independent of the steps run). ``resume`` continues the run of
     ``checkpoint_dir`` to its end, with its options (see towerflow/run_record.py;
-    ``extend``: to a new length). ``precision``: 'float32', 'mixed_float16' or
+    ``extend``: to a new length); a run already at its end raises
+    ``run_record.RunAlreadyFinished``, having written the summary its final
+    checkpoint holds to ``json_out``. ``precision``: 'float32', 'mixed_float16' or
     'mixed_bfloat16' (see towerflow.mixed_precision). Checkpoints: every
     ``checkpoint_every`` steps and/or ``checkpoint_secs`` seconds (default:
     each epoch's end), at the end, and on SIGINT/SIGTERM, which raise
@@ -69,19 +70,22 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     splits = recipe.load(data_dir)
     options = {"batch_size": batch_size, "seed": seed, "precision": precision,
                "schedule_steps": schedule_steps, "steps": steps, "epochs": epochs}
-    record, saved = run_record.resolve(recipe, options, checkpoint_dir, resume, extend)
+    pipeline_options = recipe.pipeline_options(splits.train)
+    record, saved = run_record.resolve(recipe, options, checkpoint_dir, resume, extend,
+                                       _pipeline_check(splits.train, pipeline_options))
     check_output_paths(checkpoint_dir=checkpoint_dir, json_out=json_out, trace=trace,
                        tensorboard=tensorboard)
-    pipeline_options = recipe.pipeline_options(splits.train)
     pipeline = data_module.Pipeline(splits.train.images, splits.train.labels,
                                     record["batch_size"], seed=record["seed"],
                                     **pipeline_options)
     total = run_record.total_steps(record, pipeline.batches_per_epoch)
     if saved is not None and saved.global_step >= total:
         pipeline.close()
+        _tidy_finished(checkpoint_dir)
         raise run_record.RunAlreadyFinished(
             f"the run in {checkpoint_dir} already reached its end (step "
-            f"{saved.global_step} of {total}); nothing to do")
+            f"{saved.global_step} of {total}); nothing to do"
+            f"{_write_saved_summary(saved, json_out)}")
     graph = core.Graph()
     with graph.as_default():
         with _policy(record["precision"]):
@@ -115,23 +119,64 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
                                              _board(sess, model, board_dir, steps),
                                              run_title(recipe.name, model.strategy,
                                                        record["batch_size"])),
-                          trace=(trace, trace_steps), steps=steps)
+                          trace=(trace, trace_steps), steps=steps,
+                          describe=_describe(recipe, devices, model, record, board_dir))
             try:
                 result = _train(sess, model, pipeline, splits, plan)
             finally:
                 plan.recorder.close()
-    result.update(recipe=recipe.name, devices=list(devices), towers=len(devices),
-                  world_size=model.strategy.num_ranks,
-                  total_towers=model.strategy.num_shards,
-                  all_reduce=model.strategy.communicator.name, precision=record["precision"])
-    if board_dir:
-        result["tensorboard_run"] = board_dir
     if json_out and model.is_chief:
         with naming_path(json_out):
             write_json(json_out, result)
     if checkpoint_dir and model.is_chief:       # a killed write's leftovers (.*.tmp-PID-*)
         remove_stale_temporaries(checkpoint_dir)
     return result
+
+
+def _describe(recipe, devices, model, record, board_dir):
+    """The summary's keys that say what ran, and where its TensorBoard files are."""
+    strategy = model.strategy
+    described = {"recipe": recipe.name, "devices": list(devices), "towers": len(devices),
+                 "world_size": strategy.num_ranks, "total_towers": strategy.num_shards,
+                 "all_reduce": strategy.communicator.name, "precision": record["precision"]}
+    if board_dir:
+        described["tensorboard_run"] = board_dir
+    return described
+
+
+def _pipeline_check(train, pipeline_options):
+    """``check(state, batch_size)``: ValueError unless a Pipeline over ``train``
+    can continue from a checkpoint's pipeline ``state``."""
+    drop_remainder = pipeline_options.get("drop_remainder", False)
+    return lambda state, batch_size: check_state(state, batch_size, len(train.labels),
+                                                 drop_remainder)
+
+
+def _tidy_finished(checkpoint_dir):
+    """Remove what a run killed after its final checkpoint left (its lock, the
+    temporaries of its writes), as the run would have at its end; rank 0."""
+    from .parallel.mpi import rank_from_environment
+    if rank_from_environment() == 0:
+        with run_lock.held(checkpoint_dir):
+            remove_stale_temporaries(checkpoint_dir)
+
+
+def _write_saved_summary(saved, json_out):
+    """Write the summary a finished run saved in its final checkpoint ``saved``
+    to ``json_out`` (rank 0), so a run killed before it wrote --json-out loses
+    nothing; what was done, for the 'nothing to do' line."""
+    from .parallel.mpi import rank_from_environment
+    summary, name = saved.extra_state.get("summary"), os.path.basename(
+        checkpoint_prefix(saved.path))
+    if not json_out:
+        return ""
+    if summary is None:
+        return (f"; --json-out {json_out} not written: {name} holds no summary (an older "
+                "towerflow wrote it)")
+    if rank_from_environment() == 0:
+        with naming_path(json_out):
+            write_json(json_out, summary)
+    return f" but write its summary, saved in {name}, to {json_out}"
 
 
 @contextlib.contextmanager
@@ -248,12 +293,9 @@ def _start(sess, model, pipeline, saved):
         return None
     extra_state = model.saver.restore(sess, saved.path)
     pipeline.restore(extra_state["pipeline"])
-    directory = os.path.dirname(saved.path)
-    listed = get_checkpoint_state(directory)
-    # pruned later: only this run's own directory (run_record refused the others)
+    # pruned later: only this run's own directory (resume_point refused the others)
     model.saver.recover_last_checkpoints(
-        [path for path in listed.all_model_checkpoint_paths
-         if run_record.inside(directory, path) and checkpoint_exists(path)])
+        resume_point.kept_checkpoints(os.path.dirname(saved.path), saved.path))
     return extra_state.get("curves")
 
 
@@ -291,7 +333,7 @@ def _train(sess, model, pipeline, splits, plan):
     recorder = plan.recorder
     step = first_step = int(sess.run(model.global_step))
     traces = StepTraces(*plan.trace, first_step, model.strategy)
-    start, last_loss, test_accuracy = training_rate.clock(), None, None
+    start, last_loss, test_accuracy, summary = training_rate.clock(), None, None, None
     steps, evaluation = plan.steps, _Evaluation(sess, model, splits.test)
     hook, plan.saved_step = run_control.self_signal_hook(), first_step
     # NOTE: an OSError without a file name (the curve files' disk full, say)
@@ -323,17 +365,22 @@ def _train(sess, model, pipeline, splits, plan):
                 test_accuracy = evaluation.run()
                 means = recorder.end_epoch(epoch, ended, test_accuracy)
                 _end_of_epoch(plan, epoch, ended, (means.loss, means.accuracy, test_accuracy))
+            if step >= plan.total:      # saved with the final checkpoint (--resume reads it)
+                summary = _summary(plan, step, last_loss, test_accuracy, evaluation, start)
             if stop or step >= plan.total or plan.clock.due(step, ended):
-                _save(sess, model, pipeline, plan, step)
+                _save(sess, model, pipeline, plan, step, summary)
             if stop:
                 raise run_control.Interrupted(stop, step, epoch + 1, plan.saved_path)
-    if test_accuracy is None:
-        test_accuracy = evaluation.run()
-    wall = training_rate.clock() - start
     traces.finish()
-    return {"steps": step, "final_loss": _float(last_loss), **recorder.summary(),
-            "test_accuracy": _float(test_accuracy), **steps.summary(),
-            "eval_seconds": evaluation.seconds, "wall_seconds": wall}
+    return summary
+
+
+def _summary(plan, step, last_loss, test_accuracy, evaluation, start):
+    """The run's summary (the keys of --json-out), at its end."""
+    return {"steps": step, "final_loss": _float(last_loss), **plan.recorder.summary(),
+            "test_accuracy": _float(test_accuracy), **plan.steps.summary(),
+            "eval_seconds": evaluation.seconds,
+            "wall_seconds": training_rate.clock() - start, **plan.describe}
 
 
 class _Evaluation:
@@ -371,16 +418,18 @@ def _end_of_epoch(plan, epoch, finished, figures):
               f"test accuracy {test_accuracy:.4f}", flush=True)
 
 
-def _save(sess, model, pipeline, plan, step):
+def _save(sess, model, pipeline, plan, step, summary=None):
     """A checkpoint at ``step`` (once per step; rank 0 only): the variables, the
-    data order's position (a mid-epoch resume replays the rest of the epoch)
-    and the run's record."""
+    data order's position (a mid-epoch resume replays the rest of the epoch),
+    the run's record and, at the run's end, its ``summary``."""
     plan.clock.saved()
     if not plan.checkpoint_dir or not model.is_chief or step == plan.saved_step:
         return
     os.makedirs(plan.checkpoint_dir, exist_ok=True)
     state = {"epoch": pipeline.epochs_completed, "pipeline": pipeline.state(),
              "run": plan.record, "curves": plan.recorder.state()}
+    if summary is not None:
+        state["summary"] = summary
     with naming_path(plan.checkpoint_dir):
         plan.saved_path = model.saver.save(sess, os.path.join(plan.checkpoint_dir, "model"),
                                            global_step=step, extra_state=state)
@@ -440,67 +489,3 @@ def _prepare(model, images):
 
 def _float(value):
     return None if value is None else float(value)
-
-
-def check_output_paths(checkpoint_dir=None, json_out=None, trace=None, tensorboard=None):
-    """OSError naming the path unless ``checkpoint_dir`` and ``tensorboard`` are
-    (or can be made) writable directories and ``json_out`` and ``trace``
-    writable files: checked before training, so a run never fails only at its
-    end.
-
-    Example::
-
-        >>> check_output_paths(checkpoint_dir="ckpt", json_out="run.json")
-    """
-    if checkpoint_dir:
-        _probe_directory(checkpoint_dir, "--checkpoint-dir")
-    if tensorboard:
-        _probe_directory(tensorboard, "--tensorboard")
-    for path, option in ((json_out, "--json-out"), (trace, "--trace")):
-        if path:
-            _check_output_file(path, option)
-
-
-def _check_output_file(path, option):
-    if os.path.isdir(path):
-        raise IsADirectoryError(errno.EISDIR, f"{option} is a directory, not a file", path)
-    _probe_directory(os.path.dirname(os.path.abspath(path)), f"{option}'s folder")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise PermissionError(errno.EACCES, f"{option} is not writable", path)
-
-
-def _probe_directory(directory, what):
-    """Make ``directory`` if missing and write (then remove) a file in it."""
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise NotADirectoryError(errno.ENOTDIR, f"{what} is a file, not a directory",
-                                 directory)
-    with naming_path(directory):
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-
-
-@contextlib.contextmanager
-def naming_path(path):
-    """Re-raise an OSError without a file name (a write that found the disk
-    full, say) with ``path``, so the one-line error says where.
-
-    Example::
-
-        >>> with naming_path("ckpt"):
-        ...     saver.save(sess, "ckpt/model")
-    """
-    try:
-        yield
-    except OSError as err:
-        if err.filename is not None or err.errno is None:
-            raise
-        raise type(err)(err.errno, err.strerror, path) from err
-
-
-def write_json(path, result):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with open(path, "w") as out:
-        json.dump(result, out, indent=2)
-

@@ -28,6 +28,7 @@ counts batches the caller has *received*, not those made ahead. After
 delivered next.
 """
 
+import collections.abc
 import operator
 
 import numpy as np
@@ -35,10 +36,51 @@ import numpy as np
 from . import batch_ring
 from .prefetch import Prefetcher
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "check_state"]
 
 _ORDER_STREAM, _AUGMENT_STREAM = 0, 1
 _STATE_KEYS = ("seed", "epoch", "position", "batch_size", "num_examples")
+
+
+def check_state(state, batch_size, num_examples, drop_remainder=False):
+    """The values of ``state`` (from ``Pipeline.state()``) as ints, or a ValueError
+    (TypeError for a state that is no dict) saying why a Pipeline of ``batch_size`` over ``num_examples`` examples cannot
+    continue from it; checked before a run builds anything on it.
+
+    >>> check_state(pipeline.state(), 64, 1438)["epoch"]
+    2
+    """
+    expected = f"expected the dict of {', '.join(_STATE_KEYS)} that state() returns"
+    if not isinstance(state, collections.abc.Mapping):
+        raise TypeError(f"Pipeline state is a {type(state).__name__}; {expected}")
+    missing = [key for key in _STATE_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"Pipeline state lacks {', '.join(missing)}; {expected}")
+    values = {key: _whole_number(state[key], key) for key in _STATE_KEYS}
+    for key, mine in (("batch_size", batch_size), ("num_examples", num_examples)):
+        if values[key] != mine:
+            raise ValueError(f"Pipeline state is for {key}={values[key]}, but this "
+                             f"Pipeline has {key}={mine}: the data order would differ")
+    position = values["position"]
+    if values["epoch"] < 0 or values["seed"] < 0 or position < 0 or position % batch_size \
+            or position // batch_size >= _batches(num_examples, batch_size, drop_remainder):
+        raise ValueError(f"Pipeline state has an impossible seed/epoch/position "
+                         f"({values['seed']}, {values['epoch']}, {position}) for "
+                         f"batch_size {batch_size} and {num_examples} examples")
+    return values
+
+
+def _batches(num_examples, batch_size, drop_remainder):
+    """Batches in one epoch: the last one smaller unless ``drop_remainder``."""
+    full, rest = divmod(num_examples, batch_size)
+    return full + (1 if rest and not drop_remainder else 0)
+
+
+def _whole_number(value, key):
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"Pipeline state's {key} is {value!r}, not a whole number") from None
 
 
 def _random_seed():
@@ -149,8 +191,7 @@ class Pipeline:
     @property
     def batches_per_epoch(self):
         """Batches in one epoch: the last one smaller unless drop_remainder."""
-        full, rest = divmod(self.num_examples, self.batch_size)
-        return full + (1 if rest and not self.drop_remainder else 0)
+        return _batches(self.num_examples, self.batch_size, self.drop_remainder)
 
     @property
     def epochs_completed(self):
@@ -220,24 +261,10 @@ class Pipeline:
 
         >>> pipeline.restore(dict(np.load('data_state.npz')))
         """
-        missing = [key for key in _STATE_KEYS if key not in state]
-        if missing:
-            raise ValueError(f"Pipeline state lacks {', '.join(missing)}; expected the "
-                             f"dict of {', '.join(_STATE_KEYS)} that state() returns")
-        values = {key: int(state[key]) for key in _STATE_KEYS}
-        for key, mine in (("batch_size", self.batch_size), ("num_examples", self.num_examples)):
-            if values[key] != mine:
-                raise ValueError(f"Pipeline state is for {key}={values[key]}, but this "
-                                 f"Pipeline has {key}={mine}: the data order would differ")
-        position = values["position"]
-        if values["epoch"] < 0 or position < 0 or position % self.batch_size \
-                or position // self.batch_size >= self.batches_per_epoch:
-            raise ValueError(f"Pipeline state has an impossible epoch/position "
-                             f"({values['epoch']}, {position}) for batch_size "
-                             f"{self.batch_size} and {self.num_examples} examples")
+        values = check_state(state, self.batch_size, self.num_examples, self.drop_remainder)
         self.close()
-        self._seed = self._check_seed(values["seed"])
-        self._epoch, self._position = values["epoch"], position
+        self._seed, self._epoch, self._position = (values["seed"], values["epoch"],
+                                                   values["position"])
 
     # -- resources -------------------------------------------------------------------
 

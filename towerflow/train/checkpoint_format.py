@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import signal
 
 import ml_dtypes
 import numpy as np
@@ -30,6 +31,15 @@ STATE_FILENAME = "checkpoint"
 _HEADER, _HEADER_SUM = "__header__", "__header_sha256__"
 _ARRAY_REF = "__towerflow_array__"
 _TOWER_PREFIX = re.compile(r"^tower_(\d+)/")
+# A hidden test hook for fault injection (tests/fault_injection.py): "POINT@N"
+# makes the process SIGKILL itself the N-th time (default 1) a write reaches
+# POINT, so a test can stop a run between the writer's steps.
+KILL_AT_ENV = "TOWERFLOW_TEST_KILL_AT"
+KILL_POINTS = ("checkpoint-temporary",   # the .npz written and fsynced, not yet renamed
+               "checkpoint-renamed",     # under its name; the state file not yet updated
+               "state-temporary",        # the new state file written, not yet renamed
+               "state-renamed")          # the state file updated; old files not yet pruned
+_points_reached = collections.Counter()
 
 
 def logical_name(name):
@@ -85,7 +95,8 @@ def write_checkpoint(path, variables, global_step=None, extra_state=None, extra_
     entries[_HEADER] = np.frombuffer(header_bytes, np.uint8)
     entries[_HEADER_SUM] = np.frombuffer(
         hashlib.sha256(header_bytes).hexdigest().encode("ascii"), np.uint8)
-    _atomic_write(path, lambda stream: np.savez(stream, allow_pickle=False, **entries))
+    _atomic_write(path, lambda stream: np.savez(stream, allow_pickle=False, **entries),
+                  "checkpoint")
 
 
 def read_checkpoint(save_path, with_variables=True):
@@ -93,6 +104,7 @@ def read_checkpoint(save_path, with_variables=True):
     NotFoundError if there is no such file, DataLossError naming the file if
     it is truncated or any checksum does not match."""
     path = _resolve(save_path)
+    _check_zip(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             header = _read_header(npz, path)
@@ -137,6 +149,21 @@ def _resolve(save_path):
         return path
     raise errors.NotFoundError(None, None, f"Checkpoint {save_path} not found (no file "
                                f"{save_path} or {save_path}.npz)")
+
+
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")     # a zip's first entry, or an empty zip
+
+
+def _check_zip(path):
+    """DataLossError unless ``path`` starts as a zip does: NumPy would take any
+    other file for a pickle and suggest loading it unsafely."""
+    try:
+        with open(path, "rb") as stream:
+            magic = stream.read(4)
+    except OSError as err:
+        raise _data_loss(path, f"{type(err).__name__}: {err}") from err
+    if magic not in _ZIP_MAGIC:
+        raise _data_loss(path, "not an .npz file (a zip archive)")
 
 
 def _data_loss(path, reason):
@@ -209,9 +236,10 @@ def _decode_extra_state(value, arrays):
     return value
 
 
-def _atomic_write(path, write):
+def _atomic_write(path, write, kind):
     """Run ``write(stream)`` into a hidden temporary file next to ``path``, fsync
-    it and rename it over ``path``: readers see the old file or the new one."""
+    it and rename it over ``path``: readers see the old file or the new one.
+    ``kind`` ('checkpoint' or 'state') names the write's fault points."""
     directory, base = os.path.split(os.path.abspath(path))
     temporary = os.path.join(directory, f".{base}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -220,12 +248,24 @@ def _atomic_write(path, write):
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
+        fault_point(f"{kind}-temporary")
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
     _fsync_directory(directory)
+    fault_point(f"{kind}-renamed")
+
+
+def fault_point(point):
+    """SIGKILL this process if the test hook KILL_AT_ENV asks for ``point`` now."""
+    wanted = os.environ.get(KILL_AT_ENV)
+    if not wanted or wanted.partition("@")[0] != point:
+        return
+    _points_reached[point] += 1
+    if _points_reached[point] == int(wanted.partition("@")[2] or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 _TEMPORARY = re.compile(r"\..+\.tmp-(\d+)-[0-9a-f]+")
@@ -289,7 +329,7 @@ def update_checkpoint_state(save_dir, model_checkpoint_path, all_model_checkpoin
               for stamp in all_model_checkpoint_timestamps]
     text = "\n".join(lines) + "\n"
     state_path = os.path.join(save_dir, latest_filename or STATE_FILENAME)
-    _atomic_write(state_path, lambda stream: stream.write(text.encode("utf-8")))
+    _atomic_write(state_path, lambda stream: stream.write(text.encode("utf-8")), "state")
 
 
 def get_checkpoint_state(checkpoint_dir, latest_filename=None):
@@ -302,6 +342,9 @@ def get_checkpoint_state(checkpoint_dir, latest_filename=None):
             text = stream.read()
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as err:
+        raise errors.DataLossError(None, None, f"Checkpoint state file {state_path} is not "
+                                   f"UTF-8 text: {err}") from err
     fields = collections.defaultdict(list)
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -330,8 +373,8 @@ def _candidates(checkpoint_dir, latest_filename=None):
 
 def latest_checkpoint(checkpoint_dir, latest_filename=None):
     """The prefix (TensorFlow's name, ``'ckpt/model-300'``) of the newest
-    checkpoint in ``checkpoint_dir`` that verifies (every checksum), or None; a corrupt or missing newer one is skipped with a
-    warning. Example: ``saver.restore(sess, tf.train.latest_checkpoint('ckpt'))``."""
+    checkpoint in ``checkpoint_dir`` that verifies (every checksum), or None; a
+    corrupt or missing newer one is skipped with a warning. Example: ``saver.restore(sess, tf.train.latest_checkpoint('ckpt'))``."""
     for path in _candidates(checkpoint_dir, latest_filename):
         try:
             return checkpoint_prefix(read_checkpoint(path).path)
