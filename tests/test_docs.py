@@ -140,24 +140,31 @@ def _page_session(page, tmp_path_factory):
 
 
 def _run_session(blocks, directory, page_env=None):
+    """Run ``blocks`` (dicts of Block) in order, as tests/docs_session.py does:
+    ({line: result}, the session's stdout and stderr)."""
     (directory / "blocks.json").write_text(json.dumps(blocks), encoding="utf-8")
     results_path = directory / "results.json"
-    work = directory / "work"
-    work.mkdir()
-    for name in CHECKOUT_DIRS:
-        (work / name).symlink_to(REPO / name)
+    command = [sys.executable, str(REPO / "tests" / "docs_session.py"),
+               str(directory / "blocks.json"), str(results_path)]
+    env = {**_session_environment(directory), **(page_env or {})}
     try:
-        done = subprocess.run(
-            [sys.executable, str(REPO / "tests" / "docs_session.py"),
-             str(directory / "blocks.json"), str(results_path)],
-            cwd=work, env={**_session_environment(directory), **(page_env or {})},
-            capture_output=True,
-            text=True, timeout=PAGE_TIMEOUT_S, check=False)
+        done = subprocess.run(command, cwd=_work_directory(directory), env=env,
+                              capture_output=True, text=True, timeout=PAGE_TIMEOUT_S,
+                              check=False)
         output = done.stdout + done.stderr
     except subprocess.TimeoutExpired as expired:
         output = f"(killed after {PAGE_TIMEOUT_S} s) {expired.stdout or ''}"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     return results, output
+
+
+def _work_directory(directory):
+    """Where the blocks run: empty but for the checkout's benchmarks/ and tests/."""
+    work = directory / "work"
+    work.mkdir()
+    for name in CHECKOUT_DIRS:
+        (work / name).symlink_to(REPO / name)
+    return work
 
 
 def _session_environment(directory):
