@@ -111,7 +111,7 @@ def runnable(block):
 @pytest.mark.parametrize("block", CHECKED_BLOCKS, ids=str)
 def test_block(block, tmp_path_factory):
     if block.not_run:
-        pytest.skip(f"not run in CI: {block.not_run}")
+        pytest.skip(f"docs/{block}: not run in CI: {block.not_run}")
     if block.lang not in RUN_LANGS:
         pytest.fail(f"docs/{block}: a ```{block.lang or '(no language)'} block: write "
                     "```python or ```bash (run here), ```text (output), or mark it "
