@@ -1,4 +1,4 @@
-"""Every code block of the docs site (docs/**/*.md) runs, and the site's generated
+"""Every code block of the docs site (docs/**/*.md) and of the README runs, and the site's generated
 and listed parts match the code.
 
 - ```python blocks of a page run in order in one namespace; ```bash blocks run in
@@ -58,7 +58,7 @@ class Block:
 def blocks_of(path):
     """The fenced blocks of one Markdown page."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    page = path.relative_to(DOCS).as_posix()
+    page = Path(os.path.relpath(path, DOCS)).as_posix()    # ../README.md for the README
     blocks, index = [], 0
     while index < len(lines):
         opening = FENCE.match(lines[index])
@@ -97,7 +97,8 @@ def _not_run_reason(lines, start):
 
 
 def pages():
-    return sorted(DOCS.rglob("*.md"))
+    """The site's pages, and the README (its quickstart runs too)."""
+    return sorted(DOCS.rglob("*.md")) + [REPO / "README.md"]
 
 
 ALL_BLOCKS = [block for page in pages() for block in blocks_of(page)]
