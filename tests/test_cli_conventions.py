@@ -101,3 +101,16 @@ def test_usage_errors_exit_2_and_failures_while_running_exit_1(monkeypatch, tmp_
         assert cli.main(["train", "digits", "--steps", "1"]) == status, failure
         line = capsys.readouterr().err
         assert line.startswith("towerflow: error: ") and line.count("\n") == 1
+
+
+def test_the_log_level_a_command_sets_is_undone_when_it_returns(monkeypatch):
+    """main() run inside a program (or a test) leaves the logger as it found it:
+    a --quiet run held every later placement log back."""
+    from towerflow import training
+    from towerflow.log import logger
+    monkeypatch.setattr(training, "fit", lambda *args, **kwargs: {})
+    monkeypatch.setattr(cli.cli_train, "summary_line", lambda result: "")
+    before = logger.level
+    for options in (["--quiet"], ["--log-level", "error"]):
+        cli.main(["train", "digits", "--steps", "1", *options])
+        assert logger.level == before

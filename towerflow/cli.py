@@ -17,11 +17,12 @@ checkpoint).
 """
 
 import argparse
+import contextlib
 import sys
 
 from . import __version__, cli_bench, cli_train, switches
 from .errors import OpError
-from .log import set_level
+from .log import logger, set_level
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 
@@ -33,7 +34,8 @@ def main(argv=None):
         argv.remove("--debug")
     try:
         switches.check()
-        return _dispatch(argv)
+        with _log_level_kept():
+            return _dispatch(argv)
     except OSError as err:
         if debug:
             raise
@@ -46,6 +48,17 @@ def main(argv=None):
         if debug:
             raise
         return _report(err, EXIT_FAILURE)
+
+
+@contextlib.contextmanager
+def _log_level_kept():
+    """The logger's level as it was once the command is done: --log-level and
+    --quiet set it for the command (main() may run inside a program or test)."""
+    level = logger.level
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _report(err, status):
