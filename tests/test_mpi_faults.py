@@ -1,7 +1,8 @@
 """Ranks that disagree, under real MPI (``towerflow launch -n 2``): one error
 naming the difference, never MPI_ERR_TRUNCATE, a segfault or a hang
 (issue 14). A rank 1 with its own options runs through tests/mpi_programs/
-rank_options.sh."""
+rank_options.sh. A rank lost while MPI starts, and a killed launcher, end
+the whole job: no process of it is left (issue 32, item 4)."""
 
 import gc
 import os
@@ -9,7 +10,7 @@ import re
 import signal
 import subprocess
 import sys
-import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -115,36 +116,36 @@ def test_buffers_of_a_timed_out_collective_outlive_it(monkeypatch):
     assert all(reference() is not None for reference in comm.handed_to_mpi)
 
 
-def start_with_late_rank_1(tmp_path, what):
-    """Launch late_start.py; the launcher's stderr once rank 0 reported (None if it
-    never did: it hung) and the launcher's status."""
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--timeout", "5",
-               "--", sys.executable, str(PROGRAMS / "late_start.py"), str(tmp_path),
-               "--rank-1", what]
-    launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-    lines, reported = [], threading.Event()
-    threading.Thread(target=_collect, args=(launcher.stderr, lines, reported),
-                     daemon=True).start()
-    if not reported.wait(timeout=60):
-        os.killpg(launcher.pid, signal.SIGKILL)
-    # a stopped rank outlives rank 0 and keeps mpiexec waiting: end it
-    stopped = tmp_path / "stopped.pid"
-    if stopped.exists():
-        _kill_quietly(int(stopped.read_text()))
-    try:
-        status = launcher.wait(timeout=60)
-    except subprocess.TimeoutExpired:   # hung: end the launcher, mpiexec and the ranks
-        os.killpg(launcher.pid, signal.SIGKILL)
-        status = None
-    return ("".join(lines) if reported.is_set() else None), status
+# Every process of a test's job (launcher, reaper, mpiexec, ranks, their watchdogs)
+# inherits this variable, so the test can find any of them that is left.
+JOB_MARK = "TOWERFLOW_TEST_JOB_MARK"
 
 
-def _collect(stream, lines, reported):
-    for line in stream:
-        lines.append(line)
-        if "MPI start-up did not complete" in line:
-            reported.set()
+def marked_processes(mark):
+    """The pids of live processes whose environment holds JOB_MARK=mark."""
+    wanted = f"\0{JOB_MARK}={mark}\0".encode()
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()   # a zombie's is empty
+        except OSError:
+            continue
+        if wanted in b"\0" + environ:
+            found.append(int(entry))
+    return found
+
+
+def left_after(mark, seconds):
+    """The marked processes still there after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (left := marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def kill_marked(mark):
+    for pid in marked_processes(mark):
+        _kill_quietly(pid)
 
 
 def _kill_quietly(pid):
@@ -154,12 +155,71 @@ def _kill_quietly(pid):
         pass
 
 
+def marked_launch(out_dir, *command, timeout=20):
+    """Popen of `towerflow launch -n 2 --timeout T -- command`, its job marked with
+    ``out_dir`` and its stderr in out_dir/launcher.err.
+
+    A file, not a pipe: mpiexec and the ranks inherit the launcher's stderr, so a
+    pipe would not end while one of them is left."""
+    line = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--timeout", str(timeout),
+            "--", *command]
+    with open(out_dir / "launcher.err", "w") as stderr:
+        return subprocess.Popen(line, env=dict(os.environ, **{JOB_MARK: str(out_dir)}),
+                                stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def start_with_late_rank_1(tmp_path, what):
+    """Launch late_start.py; (the launcher's stderr, its status, the seconds it
+    took, the job's processes left 5 s later); status None if it hung."""
+    started = time.monotonic()
+    launcher = marked_launch(tmp_path, sys.executable, str(PROGRAMS / "late_start.py"),
+                             str(tmp_path), "--rank-1", what, timeout=5)
+    try:
+        status = launcher.wait(timeout=60)
+    except subprocess.TimeoutExpired:   # hung
+        status = None
+    try:
+        left = left_after(str(tmp_path), 5)
+        return (tmp_path / "launcher.err").read_text(), status, time.monotonic() - started, left
+    finally:
+        launcher.kill()
+        kill_marked(str(tmp_path))
+
+
 @pytest.mark.parametrize("what, state", [("die", r"\(pid \d+\) died"),
-                                         ("stop", r"\(pid \d+\) is stopped")])
-def test_a_rank_lost_while_mpi_starts_is_named_within_the_timeout(tmp_path, what, state):
-    stderr, status = start_with_late_rank_1(tmp_path, what)
-    assert stderr is not None, "rank 0 hung in MPI start-up"
+                                         ("stop", r"\(pid \d+\) is stopped"),
+                                         ("stop-in-init", r"\(pid \d+\) is stopped")])
+def test_a_rank_lost_while_mpi_starts_is_named_and_ends_the_job(tmp_path, what, state):
+    stderr, status, seconds, left = start_with_late_rank_1(tmp_path, what)
+    assert status is not None, f"the launcher hung: {stderr}"
     assert status != 0
-    assert re.search(r"towerflow: error: MPI start-up did not complete within 5 s on rank 0 "
-                     rf"of 2: rank 1 {state} \(TOWERFLOW_COLLECTIVE_TIMEOUT sets the limit\)",
-                     stderr), stderr
+    assert seconds < 40     # the 5 s start-up deadline, the ranks' imports, the end
+    lines = [line for line in stderr.splitlines() if line.startswith("towerflow")]
+    assert len(lines) == 1, stderr
+    # rank 0 names rank 1; or rank 1 names itself, when its watchdog ran out of time first
+    assert re.fullmatch(r"towerflow: error: MPI start-up did not complete within 5 s on rank "
+                        rf"[01] of 2: rank 1 {state} \(TOWERFLOW_COLLECTIVE_TIMEOUT sets the "
+                        r"limit\)", lines[0]), stderr
+    assert left == [], "processes of the job are left (mpiexec, a rank, the reaper)"
+
+
+def wait_for_files(paths, seconds):
+    deadline = time.monotonic() + seconds
+    while not all(path.exists() for path in paths) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return all(path.exists() for path in paths)
+
+
+@pytest.mark.parametrize("rank_1", [[], ["--stop-rank-1"]], ids=["running", "rank-1-stopped"])
+def test_killing_the_launcher_ends_mpiexec_and_every_rank(tmp_path, rank_1):
+    launcher = marked_launch(tmp_path, sys.executable, str(PROGRAMS / "linger.py"),
+                             str(tmp_path), *rank_1)
+    try:
+        started = [tmp_path / "started-0", tmp_path / "started-1"]
+        assert wait_for_files(started, 60), (tmp_path / "launcher.err").read_text()
+        launcher.kill()     # SIGKILL: the launcher can do nothing about it itself
+        launcher.wait(timeout=10)
+        assert left_after(str(tmp_path), 10) == [], "mpiexec or a rank outlived the launcher"
+    finally:
+        launcher.kill()
+        kill_marked(str(tmp_path))

@@ -8,7 +8,11 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
   by the launcher but report, through towerflow's deadlines, which rank
   stopped answering in which collective;
 - ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60),
-  start-up included: a rank that dies or stops while MPI starts is named;
+  start-up included: a rank that dies or stops while MPI starts is named,
+  and the launcher then ends the whole job (mpiexec would wait for ever on a
+  stopped rank);
+- a job that dies with the launcher: a reaper (launch_reaper.py) ends
+  mpiexec and every rank if the launcher is killed, even by SIGKILL;
 - a rendezvous directory for the ranks' start-up markers, removed at the end;
 - a clean stop: SIGINT or SIGTERM to the launcher asks every rank to finish
   its step (``towerflow train`` agrees the step by a collective and writes a
@@ -19,6 +23,7 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -26,8 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .launch_reaper import DONE, JOB_VARIABLE, end_job
 from .parallel.mpi import TIMEOUT_VARIABLE
+from .parallel.mpi_startup import RENDEZVOUS_VARIABLE
 from .run_control import STOP_FILE_ENV
+
+_POLL_SECONDS = 0.1     # how often the launcher looks for a failed start-up
 
 
 def find_mpiexec():
@@ -78,17 +87,73 @@ def launch(num_ranks, command, timeout=None):
     with tempfile.TemporaryDirectory(prefix="towerflow-launch-") as scratch:
         env = launch_environment(timeout)
         env[STOP_FILE_ENV] = os.path.join(scratch, "stop")
-        env["TOWERFLOW_RENDEZVOUS_DIR"] = scratch   # start-up markers (parallel/mpi_startup.py)
-        # its own session: a Ctrl-C on the terminal reaches the launcher only
-        child = subprocess.Popen(line, env=env, start_new_session=True)
-        stopper = _Stopper(child, env[STOP_FILE_ENV])
-        with stopper.installed():
-            code = child.wait()
-        start_up_failed = any(Path(scratch).glob("failed-rank-*"))
+        env[RENDEZVOUS_VARIABLE] = scratch      # start-up markers (parallel/mpi_startup.py)
+        env[JOB_VARIABLE] = f"{os.getpid()}-{secrets.token_hex(8)}"
+        with _reaper(env[JOB_VARIABLE]):
+            # its own session: a Ctrl-C on the terminal reaches the launcher only
+            child = subprocess.Popen(line, env=env, start_new_session=True)
+            stopper = _Stopper(child, env[STOP_FILE_ENV])
+            with stopper.installed():
+                code, start_up_failed = _wait_for_job(child, scratch, env[JOB_VARIABLE])
     if stopper.signum:
         return 128 + stopper.signum
-    # NOTE: mpiexec exits 0 when the watchdog killed a rank stuck starting MPI
-    return 1 if code == 0 and start_up_failed else code
+    # NOTE: mpiexec exits 0 when a watchdog killed a rank stuck starting MPI and the
+    # others ended too
+    return 1 if start_up_failed else code
+
+
+@contextlib.contextmanager
+def _reaper(job):
+    """The reaper (launch_reaper.py) of ``job``, told ``done`` once mpiexec has
+    ended; if this process dies first, or raises meanwhile, it ends the job."""
+    # NOTE: its own session, so that killing the launcher's process group spares it;
+    # the pipe's write end stays in this process only (Popen closes it in children).
+    reaper = subprocess.Popen([sys.executable, str(Path(__file__).with_name("launch_reaper.py")),
+                               job], stdin=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield reaper
+        with contextlib.suppress(BrokenPipeError):     # the reaper was killed: nothing to tell
+            reaper.stdin.write(DONE)
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            reaper.stdin.close()
+        reaper.wait()
+
+
+def _wait_for_job(child, scratch, job):
+    """(mpiexec's exit status, whether MPI start-up failed). A failed start-up
+    ends the whole job at once: mpiexec --enable-recovery would wait for ever
+    on a rank that is stopped or stuck in MPI_Init."""
+    while True:
+        code = _exit_status(child, _POLL_SECONDS)
+        failures = _start_up_failures(scratch)
+        if failures:
+            _report(failures)
+            end_job(job)
+            return child.wait(), True
+        if code is not None:
+            return code, False
+
+
+def _exit_status(child, seconds):
+    try:
+        return child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _report(failures):
+    # the launcher says it, not the rank: mpiexec may not have passed its output on
+    # before the job is ended
+    sys.stderr.write("".join(failures))
+    sys.stderr.flush()
+
+
+def _start_up_failures(scratch):
+    """The lines the ranks' start-up watchdogs left (rank order), one per failed rank."""
+    found = sorted(Path(scratch).glob("failed-rank-*"),
+                   key=lambda path: int(path.name.rsplit("-", 1)[1]))
+    return [path.read_text() for path in found]
 
 
 class _Stopper:

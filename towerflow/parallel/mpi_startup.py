@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..launch_reaper import JOB_VARIABLE
+
 RENDEZVOUS_VARIABLE = "TOWERFLOW_RENDEZVOUS_DIR"
 
 
@@ -44,9 +46,12 @@ def import_mpi(timeout, rank, size):
         return MPI
     directory = rendezvous_dir()
     _leave_marker(directory, rank)
+    # under towerflow launch the launcher prints the watchdog's line (it ends the job)
+    reporter = "launcher" if JOB_VARIABLE in os.environ else "stderr"
     watchdog = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("mpi_watchdog.py")), str(os.getpid()),
-         repr(float(timeout)), str(rank), str(size), directory], stdin=subprocess.PIPE)
+         repr(float(timeout)), str(rank), str(size), directory, reporter],
+        stdin=subprocess.PIPE)
     try:
         from mpi4py import MPI
     finally:
