@@ -7,7 +7,6 @@ the whole job: no process of it is left (issue 32, item 4)."""
 import gc
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from launched_jobs import kill_marked, launch_marked, left_after
 
 import towerflow as tf
 
@@ -116,64 +116,13 @@ def test_buffers_of_a_timed_out_collective_outlive_it(monkeypatch):
     assert all(reference() is not None for reference in comm.handed_to_mpi)
 
 
-# Every process of a test's job (launcher, reaper, mpiexec, ranks, their watchdogs)
-# inherits this variable, so the test can find any of them that is left.
-JOB_MARK = "TOWERFLOW_TEST_JOB_MARK"
-
-
-def marked_processes(mark):
-    """The pids of live processes whose environment holds JOB_MARK=mark."""
-    wanted = f"\0{JOB_MARK}={mark}\0".encode()
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()   # a zombie's is empty
-        except OSError:
-            continue
-        if wanted in b"\0" + environ:
-            found.append(int(entry))
-    return found
-
-
-def left_after(mark, seconds):
-    """The marked processes still there after up to ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while (left := marked_processes(mark)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
-
-
-def kill_marked(mark):
-    for pid in marked_processes(mark):
-        _kill_quietly(pid)
-
-
-def _kill_quietly(pid):
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def marked_launch(out_dir, *command, timeout=20):
-    """Popen of `towerflow launch -n 2 --timeout T -- command`, its job marked with
-    ``out_dir`` and its stderr in out_dir/launcher.err.
-
-    A file, not a pipe: mpiexec and the ranks inherit the launcher's stderr, so a
-    pipe would not end while one of them is left."""
-    line = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--timeout", str(timeout),
-            "--", *command]
-    with open(out_dir / "launcher.err", "w") as stderr:
-        return subprocess.Popen(line, env=dict(os.environ, **{JOB_MARK: str(out_dir)}),
-                                stdout=subprocess.DEVNULL, stderr=stderr)
-
-
 def start_with_late_rank_1(tmp_path, what):
     """Launch late_start.py; (the launcher's stderr, its status, the seconds it
     took, the job's processes left 5 s later); status None if it hung."""
     started = time.monotonic()
-    launcher = marked_launch(tmp_path, sys.executable, str(PROGRAMS / "late_start.py"),
-                             str(tmp_path), "--rank-1", what, timeout=5)
+    launcher = launch_marked(str(tmp_path), [sys.executable, str(PROGRAMS / "late_start.py"),
+                                             str(tmp_path), "--rank-1", what],
+                             tmp_path / "launcher.err", timeout=5)
     try:
         status = launcher.wait(timeout=60)
     except subprocess.TimeoutExpired:   # hung
@@ -212,8 +161,8 @@ def wait_for_files(paths, seconds):
 
 @pytest.mark.parametrize("rank_1", [[], ["--stop-rank-1"]], ids=["running", "rank-1-stopped"])
 def test_killing_the_launcher_ends_mpiexec_and_every_rank(tmp_path, rank_1):
-    launcher = marked_launch(tmp_path, sys.executable, str(PROGRAMS / "linger.py"),
-                             str(tmp_path), *rank_1)
+    launcher = launch_marked(str(tmp_path), [sys.executable, str(PROGRAMS / "linger.py"),
+                                             str(tmp_path), *rank_1], tmp_path / "launcher.err")
     try:
         started = [tmp_path / "started-0", tmp_path / "started-1"]
         assert wait_for_files(started, 60), (tmp_path / "launcher.err").read_text()
