@@ -172,3 +172,30 @@ def test_killing_the_launcher_ends_mpiexec_and_every_rank(tmp_path, rank_1):
     finally:
         launcher.kill()
         kill_marked(str(tmp_path))
+
+
+ENDED_BY_THE_LAUNCHER = " and the other ranks did not end within 12 s: ending them"
+
+
+@pytest.mark.parametrize("rank_1, ending", [
+    ("exit", f"(: the job is incomplete|{ENDED_BY_THE_LAUNCHER})"),
+    ("wait", ENDED_BY_THE_LAUNCHER)], ids=["rank-1-exits", "rank-1-waits"])
+def test_a_rank_killed_after_the_last_collective_fails_the_job_and_ends_it(tmp_path, rank_1,
+                                                                           ending):
+    # mpiexec --enable-recovery exits 0 when a rank is killed, and the others may wait
+    # for it in MPI_Finalize for ever: the launcher gives them 2 + 10 s, then ends them
+    mark, started = str(tmp_path), time.monotonic()
+    launcher = launch_marked(mark, [sys.executable, str(PROGRAMS / "rank_0_killed.py"),
+                                    "--rank-1", rank_1], tmp_path / "launcher.err", timeout=2)
+    try:
+        status = launcher.wait(timeout=90)
+        seconds, left = time.monotonic() - started, left_after(mark, 5)
+    finally:
+        launcher.kill()
+        kill_marked(mark)
+    output = (tmp_path / "launcher.err").read_text()
+    lines = [line for line in output.splitlines() if line.startswith("towerflow")]
+    assert status == 1 and len(lines) == 1, output
+    assert re.fullmatch(r"towerflow: error: rank 0 \(pid \d+\) ended without exiting \(killed "
+                        rf"by a signal\?\){ending}", lines[0]), output
+    assert seconds < 60 and left == [], (seconds, left)

@@ -13,6 +13,9 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
   stopped rank);
 - a job that dies with the launcher: a reaper (launch_reaper.py) ends
   mpiexec and every rank if the launcher is killed, even by SIGKILL;
+- a rank killed by a signal is a failure (mpiexec --enable-recovery exits 0),
+  and the others are ended if they do not end by themselves (MPI_Finalize
+  may wait for the killed rank for ever);
 - a rendezvous directory for the ranks' start-up markers, removed at the end;
 - a clean stop: SIGINT or SIGTERM to the launcher asks every rank to finish
   its step (``towerflow train`` agrees the step by a collective and writes a
@@ -26,17 +29,23 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .launch_reaper import DONE, JOB_VARIABLE, end_job
-from .parallel.mpi import TIMEOUT_VARIABLE
+from .parallel.mpi import DEFAULT_TIMEOUT, TIMEOUT_VARIABLE, resolve_timeout
 from .parallel.mpi_startup import RENDEZVOUS_VARIABLE
+from .parallel.mpi_watchdog import process_state
 from .run_control import STOP_FILE_ENV
 
-_POLL_SECONDS = 0.1     # how often the launcher looks for a failed start-up
+_POLL_SECONDS = 0.1     # how often the launcher looks for a failed start-up, a killed rank
+# Seconds, beyond the collective deadline, that the other ranks have to find a killed
+# rank missing and stop by themselves (naming it) before the launcher ends them.
+_LOST_RANK_GRACE = 10.0
 
 
 def find_mpiexec():
@@ -94,12 +103,16 @@ def launch(num_ranks, command, timeout=None):
             child = subprocess.Popen(line, env=env, start_new_session=True)
             stopper = _Stopper(child, env[STOP_FILE_ENV])
             with stopper.installed():
-                code, start_up_failed = _wait_for_job(child, scratch, env[JOB_VARIABLE])
-    if stopper.signum:
-        return 128 + stopper.signum
-    # NOTE: mpiexec exits 0 when a watchdog killed a rank stuck starting MPI and the
-    # others ended too
-    return 1 if start_up_failed else code
+                code = _wait_for_job(child, scratch, env[JOB_VARIABLE],
+                                     _collective_timeout(timeout) + _LOST_RANK_GRACE)
+    return 128 + stopper.signum if stopper.signum else code
+
+
+def _collective_timeout(timeout):
+    try:
+        return resolve_timeout(timeout)
+    except ValueError:  # a bad TOWERFLOW_COLLECTIVE_TIMEOUT: the ranks name it themselves
+        return DEFAULT_TIMEOUT
 
 
 @contextlib.contextmanager
@@ -120,19 +133,27 @@ def _reaper(job):
         reaper.wait()
 
 
-def _wait_for_job(child, scratch, job):
-    """(mpiexec's exit status, whether MPI start-up failed). A failed start-up
-    ends the whole job at once: mpiexec --enable-recovery would wait for ever
-    on a rank that is stopped or stuck in MPI_Init."""
+def _wait_for_job(child, scratch, job, grace):
+    """The launcher's exit status once the job has ended, ended by the launcher
+    if it cannot: a failed MPI start-up (mpiexec --enable-recovery would wait
+    for ever on a rank that is stopped or stuck in MPI_Init) ends it at once;
+    a rank that was killed, after ``grace`` seconds for the others to find it
+    missing (they may be waiting for it in MPI_Finalize, for ever)."""
+    lost_since = None
     while True:
         code = _exit_status(child, _POLL_SECONDS)
         failures = _start_up_failures(scratch)
         if failures:
-            _report(failures)
-            end_job(job)
-            return child.wait(), True
-        if code is not None:
-            return code, False
+            return _end(child, job, failures)
+        lost = _killed_ranks(scratch)
+        if code is not None and not (code == 0 and lost):
+            return code
+        if code is not None:    # NOTE: mpiexec --enable-recovery exits 0 when a rank was killed
+            return _end(child, job, [f"{line}: the job is incomplete\n" for line in lost])
+        lost_since = lost_since or (time.monotonic() if lost else None)
+        if lost_since and time.monotonic() - lost_since > grace:
+            return _end(child, job, [f"{line} and the other ranks did not end within "
+                                     f"{grace:g} s: ending them\n" for line in lost])
 
 
 def _exit_status(child, seconds):
@@ -142,11 +163,47 @@ def _exit_status(child, seconds):
         return None
 
 
-def _report(failures):
-    # the launcher says it, not the rank: mpiexec may not have passed its output on
+def _end(child, job, lines):
+    """Say why, end the job and wait for mpiexec; status 1."""
+    # the launcher says it, not a rank: mpiexec may not have passed a rank's output on
     # before the job is ended
-    sys.stderr.write("".join(failures))
+    sys.stderr.write("".join(lines))
     sys.stderr.flush()
+    end_job(job)
+    child.wait()
+    return 1
+
+
+def _killed_ranks(scratch):
+    """A line for each rank on this host that is gone without leaving its exit
+    marker (parallel/mpi_startup.py): killed, by a signal most likely."""
+    lines = []
+    for marker in sorted(Path(scratch).glob("rank-*")):
+        pid, host = _read_marker(marker)
+        ended = Path(scratch, "ended-" + marker.name).exists()
+        if pid and host == socket.gethostname() and _gone(pid) and not ended:
+            lines.append(f"towerflow: error: {marker.name.replace('-', ' ')} (pid {pid}) ended "
+                         "without exiting (killed by a signal?)")
+    return lines
+
+
+def _read_marker(marker):
+    try:
+        pid_text, host = marker.read_text().split()
+        return int(pid_text), host
+    except (OSError, ValueError):
+        return 0, None
+
+
+def _gone(pid):
+    """Whether process ``pid`` has ended (a zombie, not yet reaped, has)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return os.path.isdir("/proc/self") and process_state(pid) == "died"
 
 
 def _start_up_failures(scratch):
