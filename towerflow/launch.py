@@ -39,8 +39,8 @@ from pathlib import Path
 from .launch_reaper import DONE, JOB_VARIABLE, end_job
 from .parallel.mpi import DEFAULT_TIMEOUT, TIMEOUT_VARIABLE, resolve_timeout
 from .parallel.mpi_startup import RENDEZVOUS_VARIABLE
-from .parallel.mpi_watchdog import process_state
 from .run_control import STOP_FILE_ENV
+from .train.checkpoint_format import process_alive
 
 _POLL_SECONDS = 0.1     # how often the launcher looks for a failed start-up, a killed rank
 # Seconds, beyond the collective deadline, that the other ranks have to find a killed
@@ -181,7 +181,7 @@ def _killed_ranks(scratch):
     for marker in sorted(Path(scratch).glob("rank-*")):
         pid, host = _read_marker(marker)
         ended = Path(scratch, "ended-" + marker.name).exists()
-        if pid and host == socket.gethostname() and _gone(pid) and not ended:
+        if pid and host == socket.gethostname() and not process_alive(pid) and not ended:
             lines.append(f"towerflow: error: {marker.name.replace('-', ' ')} (pid {pid}) ended "
                          "without exiting (killed by a signal?)")
     return lines
@@ -193,17 +193,6 @@ def _read_marker(marker):
         return int(pid_text), host
     except (OSError, ValueError):
         return 0, None
-
-
-def _gone(pid):
-    """Whether process ``pid`` has ended (a zombie, not yet reaped, has)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return os.path.isdir("/proc/self") and process_state(pid) == "died"
 
 
 def _start_up_failures(scratch):
