@@ -1,14 +1,11 @@
-"""Run by tests/test_launch_fault_injection.py as the ranks' program under
-`towerflow launch -n 2`: `towerflow train ARGS`, whose rank 0 (the writer), at
-POINT of its Nth checkpoint write, SIGKILLs WHO: ``rank`` (itself) or
-``launcher`` (then it stops itself there, to be ended with the job).
+"""The ranks' program in tests/test_launch_fault_injection.py, under
+`towerflow launch -n 2`: `towerflow train ARGS`. With
+TOWERFLOW_TEST_KILL_LAUNCHER=1, the SIGKILL that checkpoint_format's hook
+(TOWERFLOW_TEST_KILL_AT=POINT@N) sends the writing rank goes to the launcher
+instead, and the rank stops at that point of its write, to be ended with
+the job.
 
-    python kill_in_write.py WHO POINT N train ARGS...
-
-POINT: checkpoint-temporary (the .npz written, not yet renamed),
-checkpoint-renamed (the state file not yet updated), state-temporary (the
-new state file written, not yet renamed), state-renamed (old files not yet
-pruned). The points are the renames of checkpoint_format's atomic writes.
+    python kill_in_write.py train ARGS...
 """
 
 import os
@@ -16,12 +13,10 @@ import signal
 import sys
 
 from towerflow import cli
-from towerflow.parallel import mpi
 from towerflow.train import checkpoint_format
 
-who, point, nth = sys.argv[1], sys.argv[2], int(sys.argv[3])
-writes = {"checkpoint": 0, "state": 0}
-rename = os.replace
+KILL_LAUNCHER_ENV = "TOWERFLOW_TEST_KILL_LAUNCHER"
+own_fault_point = checkpoint_format.fault_point
 
 
 def launcher_pid():
@@ -30,30 +25,20 @@ def launcher_pid():
         return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
-def kill_here():
-    if who == "launcher":
-        os.kill(launcher_pid(), signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGSTOP)    # frozen mid-write until the job is ended
-    os.kill(os.getpid(), signal.SIGKILL)
+def fault_point_on_the_launcher(point):
+    """checkpoint_format.fault_point, its SIGKILL aimed at the launcher."""
+    real_kill = os.kill
+
+    def kill_the_launcher_and_stop(pid, signum):
+        real_kill(launcher_pid(), signum)
+        real_kill(os.getpid(), signal.SIGSTOP)      # frozen mid-write until the job ends
+    os.kill = kill_the_launcher_and_stop
+    try:
+        own_fault_point(point)
+    finally:
+        os.kill = real_kill
 
 
-def replace_with_fault_points(source, target):
-    name = os.path.basename(str(target))
-    kind = "state" if name == checkpoint_format.STATE_FILENAME else \
-        "checkpoint" if name.endswith(".npz") else None
-    if kind is None:
-        return rename(source, target)
-    writes[kind] += 1
-    at_this_write = writes[kind] == nth
-    if at_this_write and point == f"{kind}-temporary":
-        kill_here()
-    rename(source, target)
-    if at_this_write and point == f"{kind}-renamed":
-        kill_here()
-    return None
-
-
-if mpi.rank_from_environment() == 0:
-    # NOTE: os.replace of the whole process; every other rename passes through
-    os.replace = replace_with_fault_points
-sys.exit(cli.main(sys.argv[4:]))
+if os.environ.get(KILL_LAUNCHER_ENV) == "1":
+    checkpoint_format.fault_point = fault_point_on_the_launcher
+sys.exit(cli.main(sys.argv[1:]))
