@@ -87,6 +87,8 @@ class Run:
     must hold --steps STEPS and --checkpoint-every N, which the trials' kill
     points count on) under ``prefix`` (e.g. a launcher's words)."""
 
+    endings = ENDINGS   # the exit statuses a killed process may have
+
     def __init__(self, options, prefix=(), timeout=300):
         self.options, self.prefix, self.timeout = list(options), list(prefix), timeout
         self.total = int(_value_of(self.options, "--steps"))
@@ -115,7 +117,7 @@ class Run:
             ended = self.once(directory, kill)
             log.append(f"{kill!r} from step {start}: exit {ended.returncode}")
             print(f"{directory}: {log[-1]}")            # pytest shows it on a failure
-            assert ended.returncode in ENDINGS and "Traceback" not in ended.stderr, \
+            assert ended.returncode in self.endings and "Traceback" not in ended.stderr, \
                 "\n".join(log) + "\n" + ended.stderr
         assert ended.returncode == 0, "\n".join(log) + "\n" + ended.stderr
         return Path(directory)

@@ -1,20 +1,21 @@
 """Ranks that disagree, under real MPI (``towerflow launch -n 2``): one error
 naming the difference, never MPI_ERR_TRUNCATE, a segfault or a hang
 (issue 14). A rank 1 with its own options runs through tests/mpi_programs/
-rank_options.sh."""
+rank_options.sh. A rank lost while MPI starts, and a killed launcher, end
+the whole job: no process of it is left (issue 32, item 4)."""
 
 import gc
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
+import time
 import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launched_jobs import kill_marked, launch_marked, left_after
 
 import towerflow as tf
 
@@ -116,50 +117,85 @@ def test_buffers_of_a_timed_out_collective_outlive_it(monkeypatch):
 
 
 def start_with_late_rank_1(tmp_path, what):
-    """Launch late_start.py; the launcher's stderr once rank 0 reported (None if it
-    never did: it hung) and the launcher's status."""
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--timeout", "5",
-               "--", sys.executable, str(PROGRAMS / "late_start.py"), str(tmp_path),
-               "--rank-1", what]
-    launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-    lines, reported = [], threading.Event()
-    threading.Thread(target=_collect, args=(launcher.stderr, lines, reported),
-                     daemon=True).start()
-    if not reported.wait(timeout=60):
-        os.killpg(launcher.pid, signal.SIGKILL)
-    # a stopped rank outlives rank 0 and keeps mpiexec waiting: end it
-    stopped = tmp_path / "stopped.pid"
-    if stopped.exists():
-        _kill_quietly(int(stopped.read_text()))
+    """Launch late_start.py; (the launcher's stderr, its status, the seconds it
+    took, the job's processes left 5 s later); status None if it hung."""
+    started = time.monotonic()
+    launcher = launch_marked(str(tmp_path), [sys.executable, str(PROGRAMS / "late_start.py"),
+                                             str(tmp_path), "--rank-1", what],
+                             tmp_path / "launcher.err", timeout=5)
     try:
         status = launcher.wait(timeout=60)
-    except subprocess.TimeoutExpired:   # hung: end the launcher, mpiexec and the ranks
-        os.killpg(launcher.pid, signal.SIGKILL)
+    except subprocess.TimeoutExpired:   # hung
         status = None
-    return ("".join(lines) if reported.is_set() else None), status
-
-
-def _collect(stream, lines, reported):
-    for line in stream:
-        lines.append(line)
-        if "MPI start-up did not complete" in line:
-            reported.set()
-
-
-def _kill_quietly(pid):
     try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        left = left_after(str(tmp_path), 5)
+        return (tmp_path / "launcher.err").read_text(), status, time.monotonic() - started, left
+    finally:
+        launcher.kill()
+        kill_marked(str(tmp_path))
 
 
 @pytest.mark.parametrize("what, state", [("die", r"\(pid \d+\) died"),
-                                         ("stop", r"\(pid \d+\) is stopped")])
-def test_a_rank_lost_while_mpi_starts_is_named_within_the_timeout(tmp_path, what, state):
-    stderr, status = start_with_late_rank_1(tmp_path, what)
-    assert stderr is not None, "rank 0 hung in MPI start-up"
+                                         ("stop", r"\(pid \d+\) is stopped"),
+                                         ("stop-in-init", r"\(pid \d+\) is stopped")])
+def test_a_rank_lost_while_mpi_starts_is_named_and_ends_the_job(tmp_path, what, state):
+    stderr, status, seconds, left = start_with_late_rank_1(tmp_path, what)
+    assert status is not None, f"the launcher hung: {stderr}"
     assert status != 0
-    assert re.search(r"towerflow: error: MPI start-up did not complete within 5 s on rank 0 "
-                     rf"of 2: rank 1 {state} \(TOWERFLOW_COLLECTIVE_TIMEOUT sets the limit\)",
-                     stderr), stderr
+    assert seconds < 40     # the 5 s start-up deadline, the ranks' imports, the end
+    lines = [line for line in stderr.splitlines() if line.startswith("towerflow")]
+    assert len(lines) == 1, stderr
+    # rank 0 names rank 1; or rank 1 names itself, when its watchdog ran out of time first
+    assert re.fullmatch(r"towerflow: error: MPI start-up did not complete within 5 s on rank "
+                        rf"[01] of 2: rank 1 {state} \(TOWERFLOW_COLLECTIVE_TIMEOUT sets the "
+                        r"limit\)", lines[0]), stderr
+    assert left == [], "processes of the job are left (mpiexec, a rank, the reaper)"
+
+
+def wait_for_files(paths, seconds):
+    deadline = time.monotonic() + seconds
+    while not all(path.exists() for path in paths) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return all(path.exists() for path in paths)
+
+
+@pytest.mark.parametrize("rank_1", [[], ["--stop-rank-1"]], ids=["running", "rank-1-stopped"])
+def test_killing_the_launcher_ends_mpiexec_and_every_rank(tmp_path, rank_1):
+    launcher = launch_marked(str(tmp_path), [sys.executable, str(PROGRAMS / "linger.py"),
+                                             str(tmp_path), *rank_1], tmp_path / "launcher.err")
+    try:
+        started = [tmp_path / "started-0", tmp_path / "started-1"]
+        assert wait_for_files(started, 60), (tmp_path / "launcher.err").read_text()
+        launcher.kill()     # SIGKILL: the launcher can do nothing about it itself
+        launcher.wait(timeout=10)
+        assert left_after(str(tmp_path), 10) == [], "mpiexec or a rank outlived the launcher"
+    finally:
+        launcher.kill()
+        kill_marked(str(tmp_path))
+
+
+ENDED_BY_THE_LAUNCHER = " and the other ranks did not end within 12 s: ending them"
+
+
+@pytest.mark.parametrize("rank_1, ending", [
+    ("exit", f"(: the job is incomplete|{ENDED_BY_THE_LAUNCHER})"),
+    ("wait", ENDED_BY_THE_LAUNCHER)], ids=["rank-1-exits", "rank-1-waits"])
+def test_a_rank_killed_after_the_last_collective_fails_the_job_and_ends_it(tmp_path, rank_1,
+                                                                           ending):
+    # mpiexec --enable-recovery exits 0 when a rank is killed, and the others may wait
+    # for it in MPI_Finalize for ever: the launcher gives them 2 + 10 s, then ends them
+    mark, started = str(tmp_path), time.monotonic()
+    launcher = launch_marked(mark, [sys.executable, str(PROGRAMS / "rank_0_killed.py"),
+                                    "--rank-1", rank_1], tmp_path / "launcher.err", timeout=2)
+    try:
+        status = launcher.wait(timeout=90)
+        seconds, left = time.monotonic() - started, left_after(mark, 5)
+    finally:
+        launcher.kill()
+        kill_marked(mark)
+    output = (tmp_path / "launcher.err").read_text()
+    lines = [line for line in output.splitlines() if line.startswith("towerflow")]
+    assert status == 1 and len(lines) == 1, output
+    assert re.fullmatch(r"towerflow: error: rank 0 \(pid \d+\) ended without exiting \(killed "
+                        rf"by a signal\?\){ending}", lines[0]), output
+    assert seconds < 60 and left == [], (seconds, left)

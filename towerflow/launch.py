@@ -8,7 +8,14 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
   by the launcher but report, through towerflow's deadlines, which rank
   stopped answering in which collective;
 - ``TOWERFLOW_COLLECTIVE_TIMEOUT`` for the deadline (seconds, default 60),
-  start-up included: a rank that dies or stops while MPI starts is named;
+  start-up included: a rank that dies or stops while MPI starts is named,
+  and the launcher then ends the whole job (mpiexec would wait for ever on a
+  stopped rank);
+- a job that dies with the launcher: a reaper (launch_reaper.py) ends
+  mpiexec and every rank if the launcher is killed, even by SIGKILL;
+- a rank killed by a signal is a failure (mpiexec --enable-recovery exits 0),
+  and the others are ended if they do not end by themselves (MPI_Finalize
+  may wait for the killed rank for ever);
 - a rendezvous directory for the ranks' start-up markers, removed at the end;
 - a clean stop: SIGINT or SIGTERM to the launcher asks every rank to finish
   its step (``towerflow train`` agrees the step by a collective and writes a
@@ -19,15 +26,26 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from .parallel.mpi import TIMEOUT_VARIABLE
+from .launch_reaper import DONE, JOB_VARIABLE, end_job
+from .parallel.mpi import DEFAULT_TIMEOUT, TIMEOUT_VARIABLE, resolve_timeout
+from .parallel.mpi_startup import RENDEZVOUS_VARIABLE
 from .run_control import STOP_FILE_ENV
+from .train.checkpoint_format import process_alive
+
+_POLL_SECONDS = 0.1     # how often the launcher looks for a failed start-up, a killed rank
+# Seconds, beyond the collective deadline, that the other ranks have to find a killed
+# rank missing and stop by themselves (naming it) before the launcher ends them.
+_LOST_RANK_GRACE = 10.0
 
 
 def find_mpiexec():
@@ -78,17 +96,110 @@ def launch(num_ranks, command, timeout=None):
     with tempfile.TemporaryDirectory(prefix="towerflow-launch-") as scratch:
         env = launch_environment(timeout)
         env[STOP_FILE_ENV] = os.path.join(scratch, "stop")
-        env["TOWERFLOW_RENDEZVOUS_DIR"] = scratch   # start-up markers (parallel/mpi_startup.py)
-        # its own session: a Ctrl-C on the terminal reaches the launcher only
-        child = subprocess.Popen(line, env=env, start_new_session=True)
-        stopper = _Stopper(child, env[STOP_FILE_ENV])
-        with stopper.installed():
-            code = child.wait()
-        start_up_failed = any(Path(scratch).glob("failed-rank-*"))
-    if stopper.signum:
-        return 128 + stopper.signum
-    # NOTE: mpiexec exits 0 when the watchdog killed a rank stuck starting MPI
-    return 1 if code == 0 and start_up_failed else code
+        env[RENDEZVOUS_VARIABLE] = scratch      # start-up markers (parallel/mpi_startup.py)
+        env[JOB_VARIABLE] = f"{os.getpid()}-{secrets.token_hex(8)}"
+        with _reaper(env[JOB_VARIABLE]):
+            # its own session: a Ctrl-C on the terminal reaches the launcher only
+            child = subprocess.Popen(line, env=env, start_new_session=True)
+            stopper = _Stopper(child, env[STOP_FILE_ENV])
+            with stopper.installed():
+                code = _wait_for_job(child, scratch, env[JOB_VARIABLE],
+                                     _collective_timeout(timeout) + _LOST_RANK_GRACE)
+    return 128 + stopper.signum if stopper.signum else code
+
+
+def _collective_timeout(timeout):
+    try:
+        return resolve_timeout(timeout)
+    except ValueError:  # a bad TOWERFLOW_COLLECTIVE_TIMEOUT: the ranks name it themselves
+        return DEFAULT_TIMEOUT
+
+
+@contextlib.contextmanager
+def _reaper(job):
+    """The reaper (launch_reaper.py) of ``job``, told ``done`` once mpiexec has
+    ended; if this process dies first, or raises meanwhile, it ends the job."""
+    # NOTE: its own session, so that killing the launcher's process group spares it;
+    # the pipe's write end stays in this process only (Popen closes it in children).
+    reaper = subprocess.Popen([sys.executable, str(Path(__file__).with_name("launch_reaper.py")),
+                               job], stdin=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield reaper
+        with contextlib.suppress(BrokenPipeError):     # the reaper was killed: nothing to tell
+            reaper.stdin.write(DONE)
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            reaper.stdin.close()
+        reaper.wait()
+
+
+def _wait_for_job(child, scratch, job, grace):
+    """The launcher's exit status once the job has ended, ended by the launcher
+    if it cannot: a failed MPI start-up (mpiexec --enable-recovery would wait
+    for ever on a rank that is stopped or stuck in MPI_Init) ends it at once;
+    a rank that was killed, after ``grace`` seconds for the others to find it
+    missing (they may be waiting for it in MPI_Finalize, for ever)."""
+    lost_since = None
+    while True:
+        code = _exit_status(child, _POLL_SECONDS)
+        failures = _start_up_failures(scratch)
+        if failures:
+            return _end(child, job, failures)
+        lost = _killed_ranks(scratch)
+        if code is not None and not (code == 0 and lost):
+            return code
+        if code is not None:    # NOTE: mpiexec --enable-recovery exits 0 when a rank was killed
+            return _end(child, job, [f"{line}: the job is incomplete\n" for line in lost])
+        lost_since = lost_since or (time.monotonic() if lost else None)
+        if lost_since and time.monotonic() - lost_since > grace:
+            return _end(child, job, [f"{line} and the other ranks did not end within "
+                                     f"{grace:g} s: ending them\n" for line in lost])
+
+
+def _exit_status(child, seconds):
+    try:
+        return child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _end(child, job, lines):
+    """Say why, end the job and wait for mpiexec; status 1."""
+    # the launcher says it, not a rank: mpiexec may not have passed a rank's output on
+    # before the job is ended
+    sys.stderr.write("".join(lines))
+    sys.stderr.flush()
+    end_job(job)
+    child.wait()
+    return 1
+
+
+def _killed_ranks(scratch):
+    """A line for each rank on this host that is gone without leaving its exit
+    marker (parallel/mpi_startup.py): killed, by a signal most likely."""
+    lines = []
+    for marker in sorted(Path(scratch).glob("rank-*")):
+        pid, host = _read_marker(marker)
+        ended = Path(scratch, "ended-" + marker.name).exists()
+        if pid and host == socket.gethostname() and not process_alive(pid) and not ended:
+            lines.append(f"towerflow: error: {marker.name.replace('-', ' ')} (pid {pid}) ended "
+                         "without exiting (killed by a signal?)")
+    return lines
+
+
+def _read_marker(marker):
+    try:
+        pid_text, host = marker.read_text().split()
+        return int(pid_text), host
+    except (OSError, ValueError):
+        return 0, None
+
+
+def _start_up_failures(scratch):
+    """The lines the ranks' start-up watchdogs left (rank order), one per failed rank."""
+    found = sorted(Path(scratch).glob("failed-rank-*"),
+                   key=lambda path: int(path.name.rsplit("-", 1)[1]))
+    return [path.read_text() for path in found]
 
 
 class _Stopper:

@@ -3,15 +3,20 @@ which waits for every rank: a rank killed or stopped meanwhile would leave
 the others waiting for ever, inside C, where no Python timer can fire. So a
 watchdog process (mpi_watchdog.py) guards the import, and each rank leaves a
 marker (its pid and host) in a rendezvous directory first, so the watchdog
-can name the peer that never arrived.
+can name the peer that never arrived. Under ``towerflow launch`` each rank
+also leaves a marker when it exits, so the launcher can tell a rank that was
+killed.
 """
 
+import atexit
 import os
 import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ..launch_reaper import JOB_VARIABLE
 
 RENDEZVOUS_VARIABLE = "TOWERFLOW_RENDEZVOUS_DIR"
 
@@ -44,9 +49,16 @@ def import_mpi(timeout, rank, size):
         return MPI
     directory = rendezvous_dir()
     _leave_marker(directory, rank)
+    if JOB_VARIABLE in os.environ:
+        # NOTE: not run when the rank is killed: towerflow launch takes a rank gone
+        # without this marker for killed; its peers may then wait in MPI_Finalize for ever
+        atexit.register(_leave_marker, directory, rank, "ended-rank")
+    # under towerflow launch the launcher prints the watchdog's line (it ends the job)
+    reporter = "launcher" if JOB_VARIABLE in os.environ else "stderr"
     watchdog = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("mpi_watchdog.py")), str(os.getpid()),
-         repr(float(timeout)), str(rank), str(size), directory], stdin=subprocess.PIPE)
+         repr(float(timeout)), str(rank), str(size), directory, reporter],
+        stdin=subprocess.PIPE)
     try:
         from mpi4py import MPI
     finally:
@@ -55,9 +67,11 @@ def import_mpi(timeout, rank, size):
     return MPI
 
 
-def _leave_marker(directory, rank):
+def _leave_marker(directory, rank, kind="rank"):
+    """DIRECTORY/KIND-RANK holding '<pid> <host>': 'rank' when the rank starts
+    MPI, 'ended-rank' when it exits (not when it is killed)."""
     os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f".rank-{rank}.{os.getpid()}")
+    temporary = os.path.join(directory, f".{kind}-{rank}.{os.getpid()}")
     with open(temporary, "w") as marker:
         marker.write(f"{os.getpid()} {socket.gethostname()}\n")
-    os.replace(temporary, os.path.join(directory, f"rank-{rank}"))   # whole or absent
+    os.replace(temporary, os.path.join(directory, f"{kind}-{rank}"))   # whole or absent

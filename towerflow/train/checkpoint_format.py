@@ -287,14 +287,25 @@ def remove_stale_temporaries(directory):
 
 
 def process_alive(pid):
-    """Whether a process ``pid`` lives on this host (another user's counts)."""
+    """Whether a process ``pid`` lives on this host (another user's counts; a
+    zombie, ended but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:         # another user's live process
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid):
+    # NOTE: a killed run whose parent died too (mpiexec, under a killed towerflow
+    # launch) waits for init to reap it: seconds in a container, or for ever
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):   # no /proc (not Linux), or gone meanwhile
+        return False
 
 
 def _fsync_directory(directory):
