@@ -420,8 +420,10 @@ BAD_INPUTS = [  # (name, builder, error type, message pattern)
         labels=image((2,)), logits=image((2, 3))), TypeError, "int32 or int64, got float32"),
     ("softmax_axis", lambda: tf.nn.softmax(image((2, 3)), axis=2), ValueError,
      "axis 2 is out of range for a tensor of rank 2"),
-    ("softmax_int", lambda: tf.nn.softmax(image((2, 3), tf.int32)), TypeError, "floating"),
-    ("relu_int", lambda: tf.nn.relu(image((2, 3), tf.int32)), TypeError, "floating"),
+    ("softmax_int", lambda: tf.nn.softmax(image((2, 3), tf.int32)), TypeError,
+     "parameter 'logits' has DataType int32 not in list of allowed values"),
+    ("relu_bool", lambda: tf.nn.relu(image((2, 3), tf.bool)), TypeError,   # ints: TF's relu
+     "parameter 'features' has DataType bool not in list of allowed values"),
     ("batch_norm_no_mean", lambda: tf.nn.fused_batch_norm(
         image(), image((3,)), image((3,)), is_training=False), ValueError, "needs mean="),
     ("batch_norm_channels", lambda: tf.nn.fused_batch_norm(image(), image((4,)), image((4,))),

@@ -595,12 +595,16 @@ def test_incompatible_shapes_raise_value_error_naming_them(build, shape_a, shape
 def test_split_sizes_are_checked_when_built_or_run():
     with pytest.raises(ValueError, match=r"at most one -1"):
         tf.split(tf.placeholder(tf.float32, [4]), [-1, -1])
-    with pytest.raises(ValueError, match=r"\[1, 1\] do not add up .* \(4,\)"):
+    # TensorFlow's words (split_v_op.cc), when built and when run
+    with pytest.raises(ValueError, match=r"^Determined shape must either match input shape "
+                       r"along split_dim exactly .*  Got: 2"):
         tf.split(tf.placeholder(tf.float32, [4]), [1, 1])
     x = tf.placeholder(tf.float32, [None])  # unknown size: checked when it runs
     with tf.Session() as session, pytest.raises(tf.errors.InvalidArgumentError,
-                                               match=r"\[1, 1\] do not add up"):
+                                               match=r"^Determined shape .*  Got: 2\n"):
         session.run(tf.split(x, [1, 1]), {x: np.zeros(3, np.float32)})
+    with pytest.raises(ValueError, match=r"Got: 1"):    # a -1 left nothing, or less
+        tf.split(tf.placeholder(tf.float32, [0]), [0, -1, 1])
 
 
 # Op types that only run on GPUs, by design.

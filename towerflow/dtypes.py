@@ -114,6 +114,12 @@ variant = DType("variant", np.object_)
 
 _ALL = (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16, bool,
         string)
+
+# TensorFlow's type lists (the ``T: {...}`` of its op definitions), for
+# register_op's ``type_list``: an input outside the list is a TypeError at build.
+FLOATING_TYPES = (float16, bfloat16, float32, float64)
+SIGNED_TYPES = FLOATING_TYPES + (int8, int16, int32, int64)
+REAL_TYPES = SIGNED_TYPES + (uint8, uint16)      # TF's realnumbertypes: no bool
 _BY_NUMPY = {dtype._np: dtype for dtype in _ALL}
 _BY_NAME = {dtype.name: dtype for dtype in _ALL}
 _BY_NAME.update(half=float16, double=float64, float=float32)

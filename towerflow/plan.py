@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import dtypes, errors, fusion
+from . import dtypes, errors, fusion, kernel_errors
 from .backends import KernelContext, aligned_memory
 from .graph.core import Operation
 
@@ -26,6 +26,7 @@ class StepDetail(NamedTuple):
     runtimes: tuple     # (runtime,) of a kernel; (target, source) of a copy
     copied: Any         # the copied Tensor of a copy step, else None
     outputs: list       # (Tensor, slot) of every value the step writes
+    inputs: tuple = ()  # the slots the step reads (what a failed kernel was given)
 
 
 class Plan:
@@ -105,10 +106,8 @@ class Plan:
             with aligned_memory.arrays():
                 for step in self._steps:
                     step(slots)
-        except errors.OpError:
-            raise
-        except Exception as err:  # a kernel failed: say which op, keep the cause
-            raise self._step_error(step, err) from err
+        except Exception as err:  # noqa: BLE001  (a kernel failed: TF's error, naming the op)
+            self._raise_step_error(step, err, slots)
 
     def run_steps_observed(self, slots, observe):
         """Run every step as ``run_steps`` does, each as ``observe(index, step,
@@ -119,18 +118,24 @@ class Plan:
             with aligned_memory.arrays():
                 for index, step in enumerate(self._steps):
                     observe(index, step, slots)
-        except errors.OpError:
-            raise
-        except Exception as err:
-            raise self._step_error(step, err) from err
+        except Exception as err:  # noqa: BLE001  (re-raised as run_steps does)
+            self._raise_step_error(step, err, slots)
 
-    def _step_error(self, step, err):
+    def _raise_step_error(self, step, err, slots):
+        """Raise the tf.errors exception for ``err``, raised by ``step`` (see
+        towerflow/kernel_errors.py), the original as its cause; an OpError
+        (named after its op if it named none) as it is."""
         detail = self._step_details.get(step)
-        op = detail.op if detail is not None else None
-        name = op.name if op is not None else "?"
-        error_type = errors.ResourceExhaustedError if isinstance(err, MemoryError) \
-            else errors.InvalidArgumentError
-        return error_type(None, op, f"{type(err).__name__} in op '{name}': {err}")
+        if detail is None:      # not a step's own failure (entering the loop)
+            if isinstance(err, errors.OpError):
+                raise err
+            raise errors.InternalError(None, None, f"{type(err).__name__}: {err}") from err
+        # a copy's op is the copied value's producer: not the inputs it explains
+        inputs = None if detail.copied is not None else [slots[i] for i in detail.inputs]
+        error = kernel_errors.op_error(detail.op, inputs, err, detail.runtimes[0].name)
+        if error is err:
+            raise err
+        raise error from err
 
     def fetch(self, slots):
         """The fetched values (on the host) from ``slots`` after ``run_steps``."""
@@ -181,7 +186,7 @@ class Plan:
             self._initial[out_slots[0]] = kernel()  # folded: made once, reused every run
             return
         self._add_step(_make_step(kernel, in_slots, out_slots, op.op_def.variadic_outputs), op,
-                       runtime, outputs=list(zip(op.outputs, out_slots)))
+                       runtime, outputs=list(zip(op.outputs, out_slots)), inputs=in_slots)
 
     def _forwards_without_a_step(self, op, device, in_slots):
         """Identity-like ops share their input's slot and NoOps order nothing in
@@ -246,7 +251,7 @@ class Plan:
             copy(self._initial)  # a constant: copy it once, at compile time
         else:
             self._add_step(copy, tensor.op, (target_runtime, source_runtime), copied=tensor,
-                           outputs=[(tensor, target)])
+                           outputs=[(tensor, target)], inputs=[source])
         return target
 
     def _track_state_aliases(self, op, in_slots, out_slots):
@@ -256,11 +261,12 @@ class Plan:
                 op.op_def.aliases_input and in_slots and in_slots[0] in self._aliases_state:
             self._aliases_state.update(out_slots)
 
-    def _add_step(self, step, op, runtimes, copied=None, outputs=()):
+    def _add_step(self, step, op, runtimes, copied=None, outputs=(), inputs=()):
         """``runtimes``: the step's device runtime, or (target, source) of a copy."""
         self._steps.append(step)
         runtimes = runtimes if isinstance(runtimes, tuple) else (runtimes,)
-        self._step_details[step] = StepDetail(op, runtimes, copied, list(outputs))
+        self._step_details[step] = StepDetail(op, runtimes, copied, list(outputs),
+                                              tuple(inputs))
 
     def _fetcher(self, target):
         if isinstance(target, Operation):  # run it, fetch None

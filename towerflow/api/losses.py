@@ -2,7 +2,7 @@
 
 from ..graph import core
 from ..graph.core import GraphKeys
-from ..ops import constant_ops, logistic_ops, math_ops, nn_ops
+from ..ops import array_ops, constant_ops, logistic_ops, math_ops, nn_ops
 from ..ops.constant_ops import convert_to_tensor
 
 
@@ -42,6 +42,7 @@ def sigmoid_cross_entropy(multi_class_labels, logits, weights=1.0, label_smoothi
 def mean_squared_error(labels, predictions, weights=1.0, name=None):
     predictions = convert_to_tensor(predictions)
     labels = convert_to_tensor(labels, dtype=predictions.dtype)
+    predictions.shape.merge_with(labels.shape)      # TF's static check: a ValueError
     return _weighted_mean(math_ops.squared_difference(predictions, labels), weights,
                           name or "mean_squared_error")
 
@@ -51,13 +52,23 @@ def _weighted_mean(values, weights, name):
     TensorFlow 1.x's SUM_BY_NONZERO_WEIGHTS, so weight-0 (padding) examples do
     not dilute the mean; 0 when every weight is 0."""
     if isinstance(weights, (int, float)) and weights == 1.0:
-        return math_ops.reduce_mean(values, name=name)
+        return _mean_or_zero(values, name)
     weights = convert_to_tensor(weights, dtype=values.dtype)
     present = math_ops.cast(math_ops.not_equal(weights, 0.0), values.dtype) * \
         constant_ops.ones_like(values)
     total = math_ops.reduce_sum(values * weights)
     return math_ops.divide(total, math_ops.maximum(math_ops.reduce_sum(present), 1.0),
                            name=name)
+
+
+def _mean_or_zero(values, name):
+    """The mean of ``values``; 0 when there are none (an empty batch), where
+    TensorFlow divides with div_no_nan and reduce_mean would give NaN. The mean
+    itself, bits and gradient, is reduce_mean's."""
+    mean = math_ops.reduce_mean(values)
+    count = math_ops.reduce_prod(array_ops.shape(values))
+    return math_ops.where(math_ops.greater(count, 0), mean, constant_ops.zeros_like(mean),
+                          name=name)
 
 
 def get_regularization_losses(scope=None):

@@ -82,6 +82,7 @@ class _SplitKernels:
 
     def bias_add(self, x, bias):
         xp = self.xp
+        _check_bias(x, bias)
         if x.size < _SMALL or bias.ndim != 1 or x.ndim < 1 or bias.shape[0] != x.shape[-1] or \
                 not _plain_floats(x) or bias.dtype != x.dtype:
             return xp.add(x, bias)
@@ -111,6 +112,21 @@ class _SplitKernels:
         return column_sums(self._ones, grad2d)
 
 
+def _check_bias(x, bias):
+    """tensorflow/core/kernels/bias_op.cc's checks, for shapes the graph left open."""
+    if x.ndim < 2:
+        raise errors.InvalidArgumentError(
+            None, None, f"Input tensor must be at least 2D: {_dims(x.shape)}")
+    if bias.ndim != 1 or bias.shape[0] != x.shape[-1]:
+        raise errors.InvalidArgumentError(
+            None, None, "Must provide as many biases as the last dimension of the input "
+            f"tensor: {_dims(bias.shape)} vs. {_dims(x.shape)}")
+
+
+def _dims(shape):
+    return "[" + ",".join(str(dim) for dim in shape) + "]"
+
+
 def _plain_floats(first, *others):
     """Whether the arrays are C-contiguous floats of one dtype and shape."""
     return first.dtype.kind == "f" and first.flags.c_contiguous and all(
@@ -118,8 +134,18 @@ def _plain_floats(first, *others):
         other.flags.c_contiguous for other in others)
 
 
+def _check_axis(axis, x):
+    """The softmax axis against a rank the graph did not know."""
+    if not -x.ndim <= axis < x.ndim:
+        raise errors.InvalidArgumentError(
+            None, None, f"axis {axis} is out of range for a tensor of rank {x.ndim}")
+
+
 def _softmax(xp, axis):
     def softmax(x):
+        _check_axis(axis, x)
+        if x.size == 0:     # NOTE: no max of an empty axis; the result is empty too
+            return xp.empty_like(x)
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
         return e
@@ -128,6 +154,9 @@ def _softmax(xp, axis):
 
 def _log_softmax(xp, axis):
     def log_softmax(x):
+        _check_axis(axis, x)
+        if x.size == 0:
+            return xp.empty_like(x)
         shifted = x - x.max(axis=axis, keepdims=True)
         return shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
     return log_softmax

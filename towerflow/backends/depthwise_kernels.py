@@ -13,6 +13,7 @@ with channel c*M + m from input channel c and multiplier m (TF's order)::
 
 import functools
 
+from .. import errors
 from .window_geometry import _add_into, _axis_geometry, _axis_tap
 
 
@@ -60,6 +61,10 @@ def _forward(xp, ctx):
 
     def depthwise(x, w):
         n, _, _, channels = x.shape
+        if w.shape[2] != channels:     # shapes the graph left open (depthwise_conv_op.cc)
+            raise errors.InvalidArgumentError(
+                None, None, f"input and filter must have the same depth: {channels} vs "
+                f"{w.shape[2]}")
         out_h, out_w, taps = taps_of(x.shape, w.shape)
         y = xp.zeros((n, out_h, out_w, channels, w.shape[3]), xp.result_type(x, w))
         for row, col, out_index, in_index in taps:

@@ -8,9 +8,11 @@ that uses them is not captured into a CUDA graph.
 """
 
 import functools
+import math
 
 import numpy as np
 
+from .. import errors
 from ..graph import shapes
 
 
@@ -24,7 +26,23 @@ def build_index_kernels(xp):
             "OneHot": functools.partial(_one_hot, xp),
             "TopKV2": functools.partial(_top_k, xp),
             "InTopKV2": functools.partial(_in_top_k, xp),
-            "ReverseV2": lambda ctx: functools.partial(xp.flip, axis=ctx.attrs["axis"])}
+            "ReverseV2": lambda ctx: functools.partial(_reverse, xp, ctx.attrs["axis"])}
+
+
+def _reverse(xp, axes, x):
+    """``x`` flipped along ``axes`` (normalised to its rank at run time when the
+    graph did not know it), each axis once (tensorflow/core/kernels/reverse_op.cc)."""
+    seen = set()
+    for axis in axes:
+        if not -x.ndim <= axis < x.ndim:
+            raise errors.InvalidArgumentError(
+                None, None, f"'axis'[{axes.index(axis)}] = {axis} is out of valid range "
+                f"[{-x.ndim}, {x.ndim - 1}].")
+        if axis % x.ndim in seen:
+            raise errors.InvalidArgumentError(
+                None, None, f"axis {axis % x.ndim} specified more than once.")
+        seen.add(axis % x.ndim)
+    return xp.flip(x, axis=tuple(seen))
 
 
 # -- slicing ------------------------------------------------------------------------
@@ -102,15 +120,17 @@ def _index_part(kind, entry, shape, axis):
         return slice(*entry)
     begin, size = entry
     if axis >= len(shape):
-        raise ValueError(f"tf.slice has more parts than the input's {len(shape)} dims")
+        raise errors.InvalidArgumentError(
+            None, None, f"tf.slice has more parts than the input's {len(shape)} dims")
     return slice(begin, begin + shapes.slice_size(begin, size, shape[axis], axis))
 
 
 def _checked_index(index, shape, axis):
     dim = shape[axis] if axis < len(shape) else 0
     if not -dim <= index < dim:
-        raise ValueError(f"slice index {index} of dimension {axis} out of bounds: "
-                         f"expected an index in [{-dim}, {dim})")
+        raise errors.InvalidArgumentError(
+            None, None, f"slice index {index} of dimension {axis} out of bounds: "
+            f"expected an index in [{-dim}, {dim})")
     return index
 
 
@@ -143,9 +163,10 @@ def _check_indices(xp, indices, limit):
     outside = (indices < 0) | (indices >= limit)
     if bool(outside.any()):                     # NOTE: a host read on a GPU
         first = int(xp.argmax(outside.ravel()))
-        position = [int(i) for i in np.unravel_index(first, indices.shape)]
+        position = ",".join(str(int(i)) for i in np.unravel_index(first, indices.shape))
         value = int(indices.ravel()[first])
-        raise ValueError(f"indices{position} = {value} is not in [0, {limit})")
+        raise errors.InvalidArgumentError(      # tensorflow/core/kernels/gather_op.cc
+            None, None, f"indices[{position}] = {value} is not in [0, {limit})")
 
 
 def _gather_grad(xp, ctx):
@@ -182,8 +203,9 @@ def _top_k(xp, ctx):
     def top_k(x):
         columns = x.shape[-1]
         if columns < k:
-            raise ValueError(f"input must have at least k columns. Had {columns}, "
-                             f"needed {k}")
+            raise errors.InvalidArgumentError(
+                None, None, f"input must have at least k columns. Had {columns}, "
+                f"needed {k}")
         indices = _descending_order(xp, x)[..., :k]
         return _take_rows(xp, x, indices), indices.astype(np.int32)
     return top_k
@@ -201,7 +223,8 @@ def _descending_order(xp, x):
 def _take_rows(xp, x, indices):
     """``x[..., indices]`` row by row (take_along_axis on the last axis)."""
     columns = x.shape[-1]
-    rows = indices.reshape(-1, indices.shape[-1])
+    # NOTE: the row count spelled out: reshape(-1, 0) of no rows is ambiguous
+    rows = indices.reshape(math.prod(indices.shape[:-1]), indices.shape[-1])
     starts = xp.arange(rows.shape[0]).reshape(-1, 1) * columns
     return xp.take(x.reshape(-1), rows + starts).reshape(indices.shape)
 

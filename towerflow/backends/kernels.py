@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from .. import errors
+from ..graph import shapes
 from . import parallel_gemm
 from .activation_kernels import build_activation_kernels
 from .control_flow_kernels import build_control_flow_kernels
@@ -26,6 +27,7 @@ from .index_kernels import build_index_kernels
 from .lrn_kernels import build_lrn_kernels
 from .nn_kernels import build_nn_kernels
 from .parallel_kernels import build_parallel_kernels
+from .reduction_kernels import build_reduction_kernels
 from .scatter_kernels import build_scatter_kernels
 from .sort_kernels import build_sort_kernels
 from .training_kernels import build_training_kernels
@@ -38,7 +40,7 @@ def build_kernels(xp, parallel=SERIAL, fused_updates=None):
     table = {}
     table.update(_source_kernels(xp))
     table.update(_elementwise_kernels(xp, parallel))
-    table.update(_reduction_kernels(xp))
+    table.update(build_reduction_kernels(xp))
     table.update(_array_kernels(xp))
     table.update(_random_kernels(xp))
     table.update(_state_kernels(xp))
@@ -80,7 +82,14 @@ def _source_kernels(xp):
 
     def fill(ctx):
         shape, dtype = ctx.attrs["shape"], ctx.output_dtypes[0]
-        return lambda value: xp.full(shape, value, dtype=dtype)
+
+        def filled(value):
+            if value.ndim:      # a value of rank unknown when the graph was built
+                raise errors.InvalidArgumentError(      # fill_op.cc's words
+                    None, None, "value must be a scalar, got shape "
+                    + "[" + ",".join(map(str, value.shape)) + "]")
+            return xp.full(shape, value, dtype=dtype)
+        return filled
 
     def like(fill_value):
         def make(ctx):
@@ -125,18 +134,61 @@ def _elementwise_kernels(xp, parallel):
     table["Cast"] = lambda ctx: functools.partial(_cast, dtype=ctx.output_dtypes[0])
     table["AddN"] = _fixed(_add_n)
     table["FloorDiv"] = lambda ctx: _floor_div_kernel(xp, ctx.output_dtypes[0])
+    for name, fn in (("FloorMod", xp.mod), ("Reciprocal", xp.reciprocal)):
+        table[name] = _integer_division(xp, fn)
     return table
 
 
 def _floor_div_kernel(xp, dtype):
     if dtype.kind != "f":
-        return xp.floor_divide
+        return _checked_divisor(xp, xp.floor_divide)
     # NOTE: TensorFlow floors the rounded quotient: floordiv(1.0, 0.1) is 10.0,
     # where NumPy's floor_divide (like Python's //) gives 9.0.
     return lambda x, y: xp.floor(xp.true_divide(x, y))
 
 
+def _integer_division(xp, fn):
+    """A kernel maker: ``fn`` itself on floats, with the divisor checked on ints."""
+    def make(ctx):
+        return fn if ctx.output_dtypes[0].kind == "f" else _checked_divisor(xp, fn)
+    return make
+
+
+def _checked_divisor(xp, fn):
+    """``fn`` refusing an integer division by zero, as TensorFlow's CPU kernels do
+    (tensorflow/core/kernels/cwise_ops_common.cc), where NumPy returns 0 and
+    warns. GPUs skip the check (it would read the divisor back to the host), as
+    TensorFlow's GPU kernels do."""
+    if xp is not np:
+        return fn
+
+    def divide(*operands):
+        with np.errstate(divide="ignore"):
+            quotient = fn(*operands)
+        # NOTE: a zero divisor that divides nothing (an empty result) is no error
+        if quotient.size and not operands[-1].all():    # the divisor, or 1/x's x
+            raise errors.InvalidArgumentError(None, None, "Integer division by zero")
+        return quotient
+    return divide
+
+
 def _matmul_kernel(xp, attrs, parallel):
+    return _of_matrices(_matmul_of(xp, attrs, parallel))
+
+
+def _of_matrices(matmul):
+    """``matmul`` refusing vectors, which NumPy would take (batch_matmul_op_impl.h's
+    words), for ranks the graph left open."""
+    def checked(a, b):
+        for index, operand in enumerate((a, b)):
+            if operand.ndim < 2:
+                raise errors.InvalidArgumentError(
+                    None, None, f"In[{index}] ndims must be >= 2: {operand.ndim}")
+        return matmul(a, b)
+    return checked
+
+
+def _matmul_of(xp, attrs, parallel):
     transpose_a, transpose_b = attrs["transpose_a"], attrs["transpose_b"]
     if not parallel.host and not (transpose_a or transpose_b):
         return xp.matmul
@@ -161,6 +213,12 @@ def _cast(x, dtype):
 
 
 def _add_n(*values):
+    for index, value in enumerate(values[1:], 1):     # no broadcasting (aggregate_ops.cc)
+        if value.shape != values[0].shape:
+            raise errors.InvalidArgumentError(
+                None, None, "Inputs to operation AddN of type AddN must have the same size "
+                f"and shape.  Input 0: {_dims(values[0].shape)} != input {index}: "
+                f"{_dims(value.shape)}")
     # NOTE: a fixed left-to-right order, so every run sums bit-identically.
     total = values[0]
     for value in values[1:]:
@@ -168,39 +226,8 @@ def _add_n(*values):
     return total
 
 
-def _reduction_kernels(xp):
-    def reducer(fn, pass_dtype):
-        def make(ctx):
-            options = {"axis": ctx.attrs["axes"], "keepdims": ctx.attrs["keepdims"]}
-            if pass_dtype:
-                options["dtype"] = ctx.output_dtypes[0]
-            return functools.partial(fn, **options)
-        return make
-
-    def mean(ctx):
-        axes, keepdims, dtype = ctx.attrs["axes"], ctx.attrs["keepdims"], ctx.output_dtypes[0]
-        if dtype.kind == "f":
-            # NOTE: sum * (1 / count) skips xp.mean's Python-level overhead, which
-            # dominates for the small tensors of a loss.
-            def float_mean(x):
-                total = x.sum(axis=axes, keepdims=keepdims, dtype=dtype)
-                return total * dtype.type(total.size / x.size if x.size else float("nan"))
-            return float_mean
-
-        def integer_mean(x):  # TensorFlow truncates the mean of integers
-            return xp.trunc(xp.mean(x, axis=axes, keepdims=keepdims)).astype(dtype)
-        return integer_mean
-
-    def arg(fn):
-        def make(ctx):
-            axis, dtype = ctx.attrs["axis"], ctx.output_dtypes[0]
-            return lambda x: fn(x, axis=axis).astype(dtype)
-        return make
-
-    return {"Sum": reducer(xp.sum, True), "Prod": reducer(xp.prod, True), "Mean": mean,
-            "Max": reducer(xp.amax, False), "Min": reducer(xp.amin, False),
-            "Any": reducer(xp.any, False), "All": reducer(xp.all, False),
-            "ArgMax": arg(xp.argmax), "ArgMin": arg(xp.argmin)}
+def _dims(shape):
+    return "[" + ",".join(str(dim) for dim in shape) + "]"
 
 
 def _array_kernels(xp):
@@ -223,7 +250,7 @@ def _array_kernels(xp):
     return {
         "Reshape": method("reshape", "shape"),
         "DynamicReshape": lambda ctx: _reshape_to_read_shape,
-        "Transpose": method("transpose", "perm"),
+        "Transpose": _transpose,
         "Squeeze": method("squeeze", "axes"),
         "ExpandDims": lambda ctx: functools.partial(xp.expand_dims, axis=ctx.attrs["axis"]),
         "ConcatV2": lambda ctx: lambda *xs: xp.concatenate(xs, axis=ctx.attrs["axis"]),
@@ -232,19 +259,30 @@ def _array_kernels(xp):
     }
 
 
+def _transpose(ctx):
+    """The array's own transpose; perm checked each run when the graph did not
+    know the rank (NumPy would take a negative axis)."""
+    perm = ctx.attrs["perm"]
+    if perm is None or ctx.op.inputs[0].shape.ndims is not None:
+        return _bound_method("transpose", perm)
+
+    def transpose(x):
+        if sorted(perm) != list(range(x.ndim)):     # kernel_errors words it as TF does
+            raise ValueError(f"perm {list(perm)} is not a permutation of {x.ndim} axes")
+        return x.transpose(perm)
+    return transpose
+
+
 def _split_cuts(sizes):
     return list(itertools.accumulate(sizes))[:-1]
 
 
 def _split_sizes(sizes, total):
-    """``sizes`` with a -1 inferred; ValueError if they do not split ``total``."""
+    """``sizes`` with a -1 inferred; InvalidArgumentError if they do not split ``total``."""
     known = sum(size for size in sizes if size != -1)
-    if -1 in sizes and known <= total:
-        sizes = [total - known if size == -1 else size for size in sizes]
-    if sum(sizes) != total:
-        raise ValueError(f"split sizes {list(sizes)} do not add up to the dimension "
-                         f"being split ({total})")
-    return sizes
+    if known > total or -1 not in sizes and known != total:
+        raise errors.InvalidArgumentError(None, None, shapes.split_sizes_message(known))
+    return [total - known if size == -1 else size for size in sizes]
 
 
 def _reshape_to_read_shape(x, shape):

@@ -3,6 +3,8 @@ against ``xp``."""
 
 import functools
 
+from .. import errors
+
 
 def build_lrn_kernels(xp):
     return {"LRN": functools.partial(_lrn, xp), "LRNGrad": functools.partial(_lrn_grad, xp)}
@@ -29,6 +31,8 @@ def _lrn(xp, ctx):
     attrs = ctx.attrs
 
     def lrn(x):
+        if x.ndim != 4:     # an input of rank unknown when the graph was built
+            raise errors.InvalidArgumentError(None, None, "in must be 4-dimensional")
         return x * _norm(xp, x, attrs) ** -attrs["beta"]
     return lrn
 

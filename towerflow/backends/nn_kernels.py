@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import errors
 from . import conv_blocks, native, output_used, winograd
 from .cpu_threads import SERIAL, split
 from .filled_vectors import FilledVectors
@@ -56,6 +57,7 @@ def _conv_kernels(xp, parallel):
         keep = output_used(ctx, patches_output)
 
         def conv(x, w, finish=None, keep_product=True):
+            _check_depth(x, w)
             kh, kw, channels, out_channels = w.shape
             lay = layout_of(x.shape, (kh, kw))
             w2d = w.reshape(kh * kw * channels, out_channels)
@@ -153,9 +155,10 @@ def sized_backprop_input(ctx, grad_input):
             return grad_input(*inputs)
         w, grad = inputs
         if batch is not None and grad.shape[0] != batch:
-            raise ValueError(f"{_INPUT_LABEL}: input and out_backprop must have "
-                             f"the same batch size, input batch: {batch} outbackprop "
-                             f"batch: {grad.shape[0]} batch_dim: 0")
+            raise errors.InvalidArgumentError(
+                None, None, f"{_INPUT_LABEL}: input and out_backprop must have "
+                f"the same batch size, input batch: {batch} outbackprop "
+                f"batch: {grad.shape[0]} batch_dim: 0")
         x_shape = (grad.shape[0],) + tuple(sizes)
         _check_out_backprop(x_shape, w.shape, grad.shape, layout_of(x_shape, w.shape[:2]))
         return grad_input(_ShapeOnly(x_shape), w, grad)
@@ -165,17 +168,27 @@ def sized_backprop_input(ctx, grad_input):
 _INPUT_LABEL = "Conv2DCustomBackpropInput"      # TF's CPU kernel's, in its messages
 
 
+def _check_depth(x, w):
+    """conv_ops.cc's check, for shapes the graph left open (an empty output
+    would not read the channels)."""
+    if x.shape[3] != w.shape[2]:
+        raise errors.InvalidArgumentError(
+            None, None, "input depth must be evenly divisible by filter depth: "
+            f"{x.shape[3]} vs {w.shape[2]}")
+
+
 def _check_out_backprop(x_shape, w_shape, grad_shape, lay):
     """TF's run-time checks of a fed out_backprop whose sizes the graph left
     open: conv2d of x by w must give its sizes and channels."""
     if w_shape[3] != grad_shape[3]:
-        raise ValueError(f"{_INPUT_LABEL}: filter and out_backprop must have the same "
-                         f"out_depth")
+        raise errors.InvalidArgumentError(
+            None, None, f"{_INPUT_LABEL}: filter and out_backprop must have the same "
+            f"out_depth")
     for axis, computed in ((1, lay.out_h), (2, lay.out_w)):
         if grad_shape[axis] != computed:
-            raise ValueError(
-                f"{_INPUT_LABEL}: Size of out_backprop doesn't match computed: actual = "
-                f"{grad_shape[axis]}, computed = {computed} spatial_dim: {axis} input: "
+            raise errors.InvalidArgumentError(
+                None, None, f"{_INPUT_LABEL}: Size of out_backprop doesn't match computed: "
+                f"actual = {grad_shape[axis]}, computed = {computed} spatial_dim: {axis} input: "
                 f"{x_shape[axis]} filter: {w_shape[axis - 1]} output: {grad_shape[axis]} "
                 f"stride: {lay.strides[axis - 1]} dilation: 1")
 

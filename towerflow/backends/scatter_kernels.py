@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from .. import errors
 from ..graph import shapes
 
 
@@ -50,13 +51,18 @@ def _check_inside(xp, indices, outer_shape, what, shape):
         position = ",".join(str(int(i)) for i in np.unravel_index(first, outside.shape))
         values = ", ".join(str(int(v)) for v in indices.reshape(-1, len(outer_shape))[first])
         dims = ",".join(str(dim) for dim in shape)
-        raise ValueError(f"indices[{position}] = [{values}] does not index into {what} "
-                         f"[{dims}]")
+        raise errors.InvalidArgumentError(
+            None, None, f"indices[{position}] = [{values}] does not index into {what} "
+            f"[{dims}]")
 
 
 def _gather_nd(xp, ctx):
     def gather_nd(params, indices):
         depth = indices.shape[-1]
+        if depth > params.ndim:     # tensorflow/core/kernels/gather_nd_op.cc's check
+            raise errors.InvalidArgumentError(
+                None, None, "index innermost dimension length must be <= params rank; "
+                f"saw: {depth} vs. {params.ndim}")
         outer, inner = params.shape[:depth], params.shape[depth:]
         _check_inside(xp, indices, outer, "param shape", params.shape)
         rows = params.reshape((math.prod(outer),) + inner)
@@ -82,9 +88,22 @@ def _scatter_nd(xp, ctx):
     shape = ctx.attrs["shape"]
 
     def scatter_nd(indices, updates):
+        _check_updates_shape(indices.shape, updates.shape, shape)
         _check_inside(xp, indices, shape[:indices.shape[-1]], "shape", shape)
         return _scatter_add(xp, updates, indices, shape)
     return scatter_nd
+
+
+def _check_updates_shape(indices_shape, updates_shape, shape):
+    """tensorflow/core/kernels/scatter_nd_op.cc's rule, for shapes the graph left
+    open: updates.shape = indices.shape[:-1] + shape[depth:]."""
+    if tuple(updates_shape) != tuple(indices_shape[:-1]) + tuple(shape[indices_shape[-1]:]):
+        text = ",".join
+        raise errors.InvalidArgumentError(
+            None, None, "Must have updates.shape = indices.shape[:batch_dim] + "
+            f"params_shape[slice_dim:], got updates.shape: [{text(map(str, updates_shape))}]"
+            f", indices.shape: [{text(map(str, indices_shape))}], params_shape: "
+            f"[{text(map(str, shape))}]")
 
 
 # -- pad ----------------------------------------------------------------------------
@@ -94,6 +113,10 @@ def _constant_pad(xp, ctx):
     paddings = ctx.attrs["paddings"]
 
     def pad(x, constant_value):
+        if len(paddings) != x.ndim:     # a rank the graph did not know (pad_op.cc's words)
+            raise errors.InvalidArgumentError(
+                None, None, "The first dimension of paddings must be the rank of inputs"
+                f"[{len(paddings)},2] [{','.join(map(str, x.shape))}]")
         shape = tuple(dim + before + after for dim, (before, after) in zip(x.shape, paddings))
         out = xp.full(shape, constant_value, dtype=x.dtype)
         out[_center(x.shape, paddings)] = x
@@ -109,8 +132,12 @@ def _mirror_pad(xp, ctx):
     paddings, mode = ctx.attrs["paddings"], ctx.attrs["mode"]
 
     def pad(x):
+        if len(paddings) != x.ndim:
+            raise errors.InvalidArgumentError(
+                None, None, "The first dimension of paddings must be the rank of inputs"
+                f"[{len(paddings)},2] [{','.join(map(str, x.shape))}]")
         shapes.check_mirror_padding(x.shape, paddings, mode)
-        return xp.pad(x, paddings, mode=mode)
+        return xp.pad(x, paddings, mode=mode) if x.ndim else x.copy()  # NumPy: no [] pads
     return pad
 
 
@@ -147,8 +174,9 @@ def _tile(xp, ctx):
 
     def tile(x):
         if len(multiples) != x.ndim:
-            raise ValueError(f"Expected multiples argument to be a vector of length "
-                             f"{x.ndim} but got length {len(multiples)}")
+            raise errors.InvalidArgumentError(
+                None, None, f"Expected multiples argument to be a vector of length "
+                f"{x.ndim} but got length {len(multiples)}")
         return xp.tile(x, multiples)
     return tile
 

@@ -10,9 +10,11 @@ mask's count the same way (through tf.where).
 """
 
 import functools
+import math
 
 import numpy as np
 
+from .. import errors
 from .index_kernels import _descending_order, _take_rows
 
 
@@ -50,7 +52,8 @@ def _sort_grad(xp, ctx):
     def sort_grad(grad, indices):
         """Each sorted value's gradient back at the position it came from."""
         rows = xp.moveaxis(grad, axis, -1)
-        order = xp.moveaxis(indices, axis, -1).reshape(-1, rows.shape[-1])
+        order = xp.moveaxis(indices, axis, -1)
+        order = order.reshape(math.prod(order.shape[:-1]), order.shape[-1])
         starts = xp.arange(order.shape[0]).reshape(-1, 1) * rows.shape[-1]
         out = xp.zeros(rows.size, grad.dtype)
         out[(order + starts).ravel()] = rows.reshape(-1)
@@ -68,7 +71,7 @@ def _unique(xp, ctx):
         """The distinct values in order of first occurrence, and where each
         element's value is among them: one stable sort, no Python loop."""
         if x.ndim != 1:
-            raise ValueError("unique expects a 1D vector.")
+            raise errors.InvalidArgumentError(None, None, "unique expects a 1D vector.")
         if x.size == 0:
             return x.copy(), xp.zeros(0, index_dtype)
         order = xp.argsort(x, kind="stable")
@@ -102,9 +105,12 @@ def _masked_view(tensor, mask, axis):
     reshape), after checking they are the mask's shape."""
     covered = tensor.shape[axis:axis + mask.ndim]
     if covered != mask.shape:
-        raise ValueError(f"Shapes {_shape_text(covered)} and {_shape_text(mask.shape)} "
-                         "are incompatible")
-    return tensor.reshape(tensor.shape[:axis] + (-1,) + tensor.shape[axis + mask.ndim:])
+        raise errors.InvalidArgumentError(
+            None, None, f"Shapes {_shape_text(covered)} and {_shape_text(mask.shape)} "
+            "are incompatible")
+    # NOTE: the merged size spelled out: -1 is ambiguous in an empty tensor
+    return tensor.reshape(tensor.shape[:axis] + (math.prod(covered),) +
+                          tensor.shape[axis + mask.ndim:])
 
 
 def _shape_text(shape):

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import errors
 
 PADDINGS = ("SAME", "VALID")
 
@@ -49,12 +50,13 @@ def _axis_geometry(size, window, stride, padding):
 def _valid_output_size(size, window, stride):
     """TensorFlow's kernels' VALID size, (size - window + stride) / stride with C's
     division (toward zero): 0, an empty result, when the window exceeds the input
-    by less than the stride; InvalidArgument-style ValueError when below 0."""
+    by less than the stride; InvalidArgumentError when below 0."""
     numerator = size - window + stride
     out = numerator // stride if numerator >= 0 else -(-numerator // stride)
     if out < 0:
-        raise ValueError(f"Computed output size would be negative: {out} [input_size: "
-                         f"{size}, effective_filter_size: {window}, stride: {stride}]")
+        raise errors.InvalidArgumentError(   # tensorflow/core/framework/kernel_shape_util.cc
+            None, None, f"Computed output size would be negative: {out} [input_size: "
+            f"{size}, effective_filter_size: {window}, stride: {stride}]")
     return out
 
 

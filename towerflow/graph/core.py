@@ -296,11 +296,8 @@ class Graph:
         # rule): a Variable named 'w' opens scope 'w/' and its storage op is 'w'.
         op_name = name[:-1] if name and name.endswith("/") else \
             self.unique_name(name or op_type)
-        try:
-            output_specs = op_def.shape_fn(list(inputs), attrs)
-        except (ValueError, TypeError) as err:
-            raise type(err)(f"{err} (while building op '{op_name}' of type {op_type})") \
-                from None
+        op_def.check_input_types(inputs)
+        output_specs = _infer_outputs(op_def, inputs, attrs, op_name)
         if self._colocation_stack and self._colocation_stack[-1] is not None:
             attrs["_colocate_with"] = self._colocation_stack[-1]
         op = Operation(self, op_def, op_name, inputs, attrs,
@@ -459,3 +456,18 @@ def _session_for(graph, session):
         raise ValueError("Cannot use the given session to evaluate this tensor: the "
                          "tensor's graph is different from the session's graph.")
     return session
+
+
+def _infer_outputs(op_def, inputs, attrs, op_name):
+    """The op's (shape, dtype) per output. As in TensorFlow, a shape rule
+    refuses inputs with a TypeError (a dtype) or a ValueError (anything else,
+    even an IndexError from a rule indexing dimensions that are not there)."""
+    where = f"(while building op '{op_name}' of type {op_def.op_type})"
+    try:
+        return op_def.shape_fn(list(inputs), attrs)
+    except TypeError as err:
+        raise TypeError(f"{err} {where}") from None
+    except ValueError as err:
+        raise ValueError(f"{err} {where}") from None
+    except (IndexError, KeyError, ArithmeticError) as err:
+        raise ValueError(f"{type(err).__name__}: {err} {where}") from err

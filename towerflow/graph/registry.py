@@ -38,7 +38,9 @@ class OpDef:
     - ``exact_gradients``: the op broadcasts none of its inputs, so its gradient
       function returns gradients of exactly its inputs' shapes and autodiff
       adds no UnbroadcastGrad after them (which would keep a plan from fusing
-      the gradient ops, see towerflow.fusion).
+      the gradient ops, see towerflow.fusion);
+    - ``type_list``: the dtypes its first input may have (TensorFlow's ``T:
+      {...}``), named ``typed_input`` in the TypeError for any other (None: any).
     """
 
     op_type: str
@@ -52,18 +54,32 @@ class OpDef:
     gradient: Optional[Callable] = None
     shape_only_inputs: tuple = ()
     exact_gradients: bool = False
+    type_list: tuple | None = None
+    typed_input: str = "x"
+
+    def check_input_types(self, inputs):
+        """TypeError, in TensorFlow's words (op_def_library.py), if the first
+        input's dtype is outside ``type_list``."""
+        if self.type_list is None or not inputs or inputs[0].dtype in self.type_list:
+            return
+        allowed = ", ".join(dtype.name for dtype in self.type_list)
+        raise TypeError(f"Value passed to parameter '{self.typed_input}' has DataType "
+                        f"{inputs[0].dtype.name} not in list of allowed values: {allowed}")
 
 
 def register_op(op_type, shape_fn, kernel=None, stateful=False, aliases_input=False,
                 aliases_state=False, forwards_input=False, variadic_outputs=False,
-                shape_only_inputs=(), exact_gradients=False):
+                shape_only_inputs=(), exact_gradients=False, type_list=None,
+                typed_input="x"):
     """Define ``op_type``; defining one twice is a programming error."""
     if op_type in _OP_DEFS:
         raise KeyError(f"op type {op_type!r} is already registered")
     op_def = OpDef(op_type, shape_fn, kernel or op_type, stateful,
                    aliases_input or forwards_input, aliases_state, forwards_input,
                    variadic_outputs, shape_only_inputs=tuple(shape_only_inputs),
-                   exact_gradients=exact_gradients)
+                   exact_gradients=exact_gradients,
+                   type_list=None if type_list is None else tuple(type_list),
+                   typed_input=typed_input)
     _OP_DEFS[op_type] = op_def
     return op_def
 

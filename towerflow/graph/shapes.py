@@ -296,3 +296,11 @@ def check_mirror_padding(dims, paddings, mode):
         if mode == "symmetric" and max(before, after) > dim:
             raise ValueError(f"paddings must be no greater than the dimension size: "
                              f"{before}, {after} greater than {dim}")
+
+
+def split_sizes_message(determined):
+    """tensorflow/core/kernels/split_v_op.cc's words for split sizes that do not
+    fit the dimension (``determined``: the sum of those given)."""
+    return ("Determined shape must either match input shape along split_dim exactly if "
+            "fully specified, or be less than the size of the input along split_dim if "
+            f"not fully specified.  Got: {determined}")

@@ -103,16 +103,17 @@ register_op("Transpose", _transpose_shape, aliases_input=True)
 def transpose(a, perm=None, name=None):
     """Permute axes; the default reverses them (a matrix transpose for rank 2)."""
     x = convert_to_tensor(a)
-    if perm is None:
-        if x.shape.ndims is None:
-            raise ValueError("transpose without perm needs a tensor of known rank")
+    if perm is None and x.shape.ndims is not None:
         perm = tuple(reversed(range(x.shape.ndims)))
-    attrs = {"perm": tuple(int(axis) for axis in perm)}
+    # NOTE: perm None (a rank known at run time only) reverses the axes then
+    attrs = {"perm": None if perm is None else tuple(int(axis) for axis in perm)}
     return x.graph.create_op("Transpose", [x], attrs, name=name or "transpose").outputs[0]
 
 
 def _concat_shape(inputs, attrs):
     _check_one_dtype("concat", inputs)
+    if any(tensor.shape.ndims == 0 for tensor in inputs):
+        raise ValueError("Can't concatenate scalars (use tf.stack instead)")   # TF's words
     return [(shapes.concat([t.shape for t in inputs], attrs["axis"]), inputs[0].dtype)]
 
 
@@ -179,8 +180,9 @@ def _split_sizes(x, num_or_size_splits, axis):
     if total is None:
         raise ValueError("split into a number of parts needs the axis size to be known")
     if num_or_size_splits <= 0 or total % num_or_size_splits:
-        raise ValueError(f"Cannot split dimension {axis} of size {total} into "
-                         f"{num_or_size_splits} equal parts")
+        raise ValueError(   # tensorflow/core/kernels/split_op.cc's words
+            f"Number of ways to split should evenly divide the split dimension, but got "
+            f"split_dim {axis} (size = {total}) and num_split {num_or_size_splits}")
     return (total // num_or_size_splits,) * num_or_size_splits
 
 
@@ -190,9 +192,11 @@ def _size_list(sizes, total):
     if sizes.count(-1) > 1 or any(size < -1 for size in sizes):
         raise ValueError(f"split sizes {sizes} must be >= 0, with at most one -1 "
                          "(the size inferred from the rest)")
-    rest = None if total is None else total - sum(size for size in sizes if size != -1)
-    if -1 in sizes and rest is not None and rest >= 0:
-        sizes[sizes.index(-1)] = rest
+    determined = sum(size for size in sizes if size != -1)
+    if total is not None and (determined > total or -1 not in sizes and determined != total):
+        raise ValueError(shapes.split_sizes_message(determined))
+    if -1 in sizes and total is not None:
+        sizes[sizes.index(-1)] = total - determined
     return tuple(sizes)
 
 
@@ -243,7 +247,7 @@ def expand_dims(input, axis, name=None):
 
 def _squeeze_shape(inputs, attrs):
     x, axes = inputs[0], attrs["axes"]
-    if x.shape.dims is None:
+    if x.shape.dims is None or axes is None:    # None: every axis of size 1, at run time
         return [(shapes.unknown_shape(), x.dtype)]
     for axis in axes:
         if x.shape.dims[axis] not in (1, None):
@@ -259,10 +263,9 @@ register_op("Squeeze", _squeeze_shape, aliases_input=True)
 def squeeze(input, axis=None, name=None):
     """Remove axes of size 1 (all of them, or those in ``axis``)."""
     x = convert_to_tensor(input)
-    if axis is None:
-        if not x.shape.is_fully_defined():
-            raise ValueError("squeeze without axis needs a fully known shape")
-        axes = tuple(i for i, dim in enumerate(x.shape.dims) if dim == 1)
+    if axis is None:    # the axes of size 1: known now, or only when the graph runs
+        axes = tuple(i for i, dim in enumerate(x.shape.dims) if dim == 1) \
+            if x.shape.is_fully_defined() else None
     else:
         axes = shapes.normalize_axes(axis, x.shape.ndims)
     return x.graph.create_op("Squeeze", [x], {"axes": axes},
@@ -369,6 +372,8 @@ def _zeros_for_missing(grads, outputs):
 
 def _transpose_grad(op, grad):
     perm = op.attrs["perm"]
+    if perm is None:            # reversed axes: their own inverse
+        return [transpose(grad)]
     inverse = [0] * len(perm)
     for position, axis in enumerate(perm):
         inverse[axis] = position

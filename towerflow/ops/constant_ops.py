@@ -1,6 +1,8 @@
 """Sources of values: constants, placeholders, filled tensors, and the
 conversion of Python/NumPy values (and Variables) to tensors."""
 
+import math
+
 import numpy as np
 
 from .. import dtypes
@@ -209,7 +211,7 @@ register_op("Fill", _fill_shape)
 def fill(dims, value, name=None):
     """A tensor of shape ``dims`` holding ``value`` everywhere: ``tf.fill([2, 3], 9)``."""
     value = convert_to_tensor(value)
-    if value.shape.ndims != 0:
+    if value.shape.ndims not in (None, 0):   # unknown: the kernel checks it
         raise ValueError(f"fill needs a scalar value, got shape {value.shape}")
     graph = core.get_default_graph()
     return graph.create_op("Fill", [value], {"shape": _static_dims(dims, "fill")},
@@ -225,16 +227,23 @@ def _static_dims(dims, what):
 
 def zeros(shape, dtype=dtypes.float32, name=None):
     """``tf.zeros([2, 3])``: a float32 tensor of zeros."""
-    dtype = dtypes.as_dtype(dtype)
-    return constant(np.zeros(_static_dims(shape, "zeros"), dtype.as_numpy_dtype),
-                    name=name or "zeros")
+    return _filled(shape, dtype, 0, name or "zeros")
 
 
 def ones(shape, dtype=dtypes.float32, name=None):
     """``tf.ones([2, 3])``: a float32 tensor of ones."""
+    return _filled(shape, dtype, 1, name or "ones")
+
+
+def _filled(shape, dtype, value, name):
+    """A constant below 1000 elements, else a Fill op (TensorFlow's rule): a
+    shape too big for memory then fails when the graph runs, with a
+    ResourceExhaustedError, instead of while it is built."""
     dtype = dtypes.as_dtype(dtype)
-    return constant(np.ones(_static_dims(shape, "ones"), dtype.as_numpy_dtype),
-                    name=name or "ones")
+    dims = _static_dims(shape, name)
+    if math.prod(dims) < 1000:
+        return constant(np.full(dims, value, dtype.as_numpy_dtype), name=name)
+    return fill(dims, constant(value, dtype), name=name)
 
 
 def _like_shape(inputs, attrs):

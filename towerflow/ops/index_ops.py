@@ -245,7 +245,10 @@ def reverse(tensor, axis, name=None):
     """The elements in reverse order along each of ``axis``: ``tf.reverse(x, [1])``."""
     x = convert_to_tensor(tensor)
     axes = [axis] if isinstance(axis, int) else list(axis)
-    axes = shapes.normalize_axes(axes, x.shape.ndims, "reverse axis")
+    normalized = shapes.normalize_axes(axes, x.shape.ndims, "reverse axis")
+    if x.shape.ndims is not None and len(set(normalized)) < len(axes):
+        raise ValueError(f"axis {axes} names an axis more than once")   # TF's kernel refuses
+    axes = normalized
     return x.graph.create_op("ReverseV2", [x], {"axis": tuple(axes)},
                              name=name or "ReverseV2").outputs[0]
 

@@ -24,9 +24,7 @@ def _broadcast_to_bool(inputs, attrs):
 
 
 def _float_to_bool(inputs, attrs):
-    x, = inputs
-    if not x.dtype.is_floating:
-        raise TypeError(f"expected a floating-point input, got {x.name} of {x.dtype.name}")
+    x, = inputs     # a float: its type list says so
     return [(x.shape, dtypes.bool)]
 
 
@@ -56,16 +54,22 @@ BINARY_OPS = ("Add", "Sub", "Mul", "RealDiv", "FloorDiv", "FloorMod", "Pow", "Ma
 FLOAT_CHECK_OPS = ("IsFinite", "IsNan", "IsInf")     # float -> bool, elementwise
 COMPARISON_OPS = ("Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual")
 
+# TensorFlow's type lists: signed numbers for these, floats for the other unary ops.
+SIGNED_UNARY_OPS = ("Neg", "Abs", "Square", "Sign", "Reciprocal", "Round")
+ORDERED_COMPARISONS = ("Less", "LessEqual", "Greater", "GreaterEqual")
+
 for _op_type in UNARY_OPS:
-    register_op(_op_type, _same_as_input)
+    register_op(_op_type, _same_as_input, type_list=dtypes.SIGNED_TYPES
+                if _op_type in SIGNED_UNARY_OPS else dtypes.FLOATING_TYPES)
 for _op_type in BINARY_OPS:
-    register_op(_op_type, _broadcast_same_dtype)
+    register_op(_op_type, _broadcast_same_dtype, type_list=dtypes.REAL_TYPES)
 for _op_type in COMPARISON_OPS:
-    register_op(_op_type, _broadcast_to_bool)
+    register_op(_op_type, _broadcast_to_bool, type_list=dtypes.REAL_TYPES
+                if _op_type in ORDERED_COMPARISONS else None)
 register_op("LogicalNot", _bool_input)
 register_op("Select", _select_shape)
 for _op_type in FLOAT_CHECK_OPS:
-    register_op(_op_type, _float_to_bool)
+    register_op(_op_type, _float_to_bool, type_list=dtypes.FLOATING_TYPES)
 register_op("LogicalAnd", _bool_input)
 register_op("LogicalOr", _bool_input)
 
@@ -190,7 +194,17 @@ def divide(x, y, name=None):
     return x.graph.create_op("RealDiv", [x, y], name=name or "truediv").outputs[0]
 
 
-truediv = div = divide
+truediv = divide
+
+
+def div(x, y, name=None):
+    """TF1's ``tf.div``: Python 2's ``/``, which floors the quotient of
+    integers and divides floats exactly: ``tf.div(7, 2)`` is 3,
+    ``tf.div(7., 2.)`` is 3.5."""
+    x, y = _convert_pair("FloorDiv", x, y)
+    if x.dtype.is_integer:
+        return floordiv(x, y, name=name or "div")
+    return divide(x, y, name=name or "div")
 
 # -- matmul ----------------------------------------------------------------------
 
@@ -201,7 +215,8 @@ def _matmul_shape(inputs, attrs):
     return [(shape, a.dtype)]
 
 
-register_op("MatMul", _matmul_shape)
+register_op("MatMul", _matmul_shape, typed_input="a",
+            type_list=dtypes.FLOATING_TYPES + (dtypes.int32, dtypes.int64))
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, name=None):
@@ -228,7 +243,8 @@ def _reduce_shape(inputs, attrs):
 
 
 for _op_type in REDUCTION_OPS:
-    register_op(_op_type, _reduce_shape)
+    register_op(_op_type, _reduce_shape, typed_input="input",
+                type_list=None if _op_type in ("Any", "All") else dtypes.REAL_TYPES)
 
 
 def _reducer(op_type, public_name):
@@ -300,8 +316,8 @@ def _arg_shape(inputs, attrs):
     return [(shape, attrs["output_type"])]
 
 
-register_op("ArgMax", _arg_shape)
-register_op("ArgMin", _arg_shape)
+register_op("ArgMax", _arg_shape, type_list=dtypes.REAL_TYPES, typed_input="input")
+register_op("ArgMin", _arg_shape, type_list=dtypes.REAL_TYPES, typed_input="input")
 
 
 def _arg_builder(op_type, public_name):
@@ -331,7 +347,8 @@ def _add_n_shape(inputs, attrs):
     return [(shape, inputs[0].dtype)]
 
 
-register_op("AddN", _add_n_shape, aliases_input=True)  # one input: returned as is
+register_op("AddN", _add_n_shape, aliases_input=True, type_list=dtypes.REAL_TYPES,
+            typed_input="inputs")  # one input: returned as is
 
 
 def add_n(inputs, name=None):

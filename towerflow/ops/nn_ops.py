@@ -2,6 +2,7 @@
 fused cross-entropy losses, convolution, pooling, bias add, fused batch
 normalisation; each with its shape rule and gradient. Exposed as ``tf.nn``."""
 
+from .. import dtypes
 from ..graph import shapes
 from ..graph.core import Tensor
 from ..graph.registry import register_gradient, register_op
@@ -31,9 +32,10 @@ def _create(op_type, inputs, attrs=None, name=None):
 
 # -- activations -------------------------------------------------------------------
 
-register_op("Relu", _float_unary_shape, exact_gradients=True)
-register_op("Elu", _float_unary_shape)
-register_op("Gelu", _float_unary_shape)
+register_op("Relu", _same_as_input, exact_gradients=True, type_list=dtypes.REAL_TYPES,
+            typed_input="features")
+register_op("Elu", _same_as_input, type_list=dtypes.FLOATING_TYPES, typed_input="features")
+register_op("Gelu", _same_as_input, type_list=dtypes.FLOATING_TYPES, typed_input="features")
 register_op("ReluGrad", _same_as_input)   # (grad, y)
 register_op("EluGrad", _same_as_input)    # (grad, y)
 register_op("GeluGrad", _same_as_input)   # (grad, x), attr approximate
@@ -76,8 +78,9 @@ def _softmax_shape(inputs, attrs):
     return [(x.shape, x.dtype)]
 
 
-register_op("Softmax", _softmax_shape)
-register_op("LogSoftmax", _softmax_shape)
+register_op("Softmax", _softmax_shape, type_list=dtypes.FLOATING_TYPES, typed_input="logits")
+register_op("LogSoftmax", _softmax_shape, type_list=dtypes.FLOATING_TYPES,
+            typed_input="logits")
 
 
 def softmax(logits, axis=-1, name=None, dim=None):
@@ -217,6 +220,8 @@ def _bias_add_shape(inputs, attrs):
     value, bias = inputs
     if bias.shape.ndims not in (None, 1):
         raise ValueError(f"bias must be 1-D, got shape {bias.shape}")
+    if value.shape.ndims is not None and value.shape.ndims < 2:
+        raise ValueError(f"Shape must be at least rank 2 but is rank {value.shape.ndims}")
     if bias.dtype is not value.dtype:
         raise TypeError(f"bias ({bias.dtype.name}) and value ({value.dtype.name}) must "
                         "share a dtype")
@@ -230,7 +235,8 @@ def _bias_add_grad_shape(inputs, attrs):
     return [(TensorShape([grad.shape.dims[-1] if grad.shape.dims else None]), grad.dtype)]
 
 
-register_op("BiasAdd", _bias_add_shape, exact_gradients=True)
+register_op("BiasAdd", _bias_add_shape, exact_gradients=True, type_list=dtypes.REAL_TYPES,
+            typed_input="value")
 register_op("BiasAddGrad", _bias_add_grad_shape)   # sum over every axis but the last
 register_gradient("BiasAdd", lambda op, g: [g, _create("BiasAddGrad", [g]).outputs[0]])
 
@@ -273,6 +279,7 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None
     tensor: ``tf.nn.dropout(h, keep_prob)`` with ``keep_prob`` fed 0.5 or 1.0."""
     from .random_ops import get_seed
     x = convert_to_tensor(x)
+    _check_floating("dropout", x)   # before a rate of 0 returns x: TF refuses it too
     noise = None if noise_shape is None else tuple(
         None if dim is None else int(dim) for dim in noise_shape)
     attrs = {"seed": get_seed(seed), "noise_shape": noise}

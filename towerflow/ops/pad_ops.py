@@ -49,6 +49,8 @@ def pad(tensor, paddings, mode="CONSTANT", name=None, constant_values=0):
     x = convert_to_tensor(tensor)
     attrs = {"paddings": _paddings(paddings), "mode": _mode(mode)}
     if attrs["mode"] == "constant":
+        if x.dtype.is_bool and isinstance(constant_values, int) and constant_values == 0:
+            constant_values = False     # the default pads a bool tensor too, as in TF
         fill = convert_to_tensor(constant_values, dtype=x.dtype)
         return x.graph.create_op("PadV2", [x, fill], attrs, name=name or "Pad").outputs[0]
     return x.graph.create_op("MirrorPad", [x], attrs, name=name or "MirrorPad").outputs[0]

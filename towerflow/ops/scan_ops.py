@@ -2,6 +2,7 @@
 with their gradients) and tf.reduce_logsumexp (built over max, exp, sum
 and log, as TensorFlow builds it, so its gradient comes from theirs)."""
 
+from .. import dtypes
 from ..autodiff import stop_gradient
 from ..graph import shapes
 from ..graph.registry import register_gradient, register_op
@@ -19,8 +20,8 @@ def _scan_shape(inputs, attrs):
     return [(x.shape, x.dtype)]
 
 
-register_op("Cumsum", _scan_shape, exact_gradients=True)
-register_op("Cumprod", _scan_shape, exact_gradients=True)
+register_op("Cumsum", _scan_shape, exact_gradients=True, type_list=dtypes.REAL_TYPES)
+register_op("Cumprod", _scan_shape, exact_gradients=True, type_list=dtypes.REAL_TYPES)
 
 
 def _scan(op_type, x, axis, exclusive, reverse, name):

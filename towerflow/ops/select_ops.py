@@ -5,7 +5,7 @@ from .. import dtypes
 from ..graph.registry import register_gradient, register_not_differentiable, register_op
 from ..graph.shapes import TensorShape, unknown_shape
 from .array_ops import expand_dims
-from .constant_ops import constant, convert_to_tensor
+from .constant_ops import convert_to_tensor, zeros
 from .index_ops import one_hot
 from .math_ops import argmax, argmin, cast, equal, reduce_mean, reduce_sum
 
@@ -101,7 +101,7 @@ def zero_fraction(value, name=None):
         tf.summary.scalar('sparsity', tf.nn.zero_fraction(hidden))
     """
     value = convert_to_tensor(value)
-    is_zero = equal(value, constant(0, value.dtype))
+    is_zero = equal(value, zeros([], value.dtype))     # bool values too: TF counts False
     return reduce_mean(cast(is_zero, dtypes.float32), name=name or "zero_fraction")
 
 
