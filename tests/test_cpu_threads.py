@@ -218,3 +218,18 @@ def test_intra_op_parallelism_threads_must_be_a_thread_count():
                            + f"{bad!r}".replace("(", r"\(").replace(".", r"\.")
                            + r"\): expected a number of threads, an int >= 0"):
             tf.ConfigProto(intra_op_parallelism_threads=bad)
+
+
+def test_a_pool_started_while_capped_or_lowered_never_waits_for_threads_it_lacks():
+    """The differential suite hung when run alone: fast_paths lowered the pool
+    to one worker before it started, so it started no threads, then raised it
+    again and waited for ever for a helper."""
+    pool = cpu_threads.WorkerPool(2)
+    pool.workers = 1
+    pool.blas_threads(0)                    # starts the pool: no helper thread
+    pool.workers = 2
+    done = threading.Event()
+    runner = threading.Thread(target=lambda: (pool.run(lambda part: None, 2), done.set()),
+                              daemon=True)
+    runner.start()
+    assert done.wait(10), "the pool waited for a helper thread it never started"

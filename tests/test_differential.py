@@ -495,10 +495,10 @@ def test_switched_sets_each_variable_and_restores_it(monkeypatch):
     with fast_paths.switched(fast_paths.FAST_PATHS, on=False):
         assert {path.variable: os.environ[path.variable] for path in fast_paths.FAST_PATHS} \
             == {path.variable: path.off for path in fast_paths.FAST_PATHS}
-        assert numpy_backend.CPU_POOL.workers == 1
+        assert numpy_backend.CPU_POOL.active_workers == 1
     assert os.environ["TOWERFLOW_WINOGRAD"] == "1"
     assert "TOWERFLOW_CACHE_BLOCK_BYTES" not in os.environ
-    assert numpy_backend.CPU_POOL.workers == workers
+    assert numpy_backend.CPU_POOL.active_workers == workers
 
 
 def test_an_unknown_fast_path_is_refused_with_the_names():

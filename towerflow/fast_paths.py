@@ -44,15 +44,16 @@ class FastPath:
 
 def _cpu_pool_workers(on):
     """TOWERFLOW_CPU_THREADS is read when the NumPy backend's pool is made (at
-    import): off makes that pool serial; on keeps its own thread count."""
+    import): off holds that pool to one worker for this thread's work (as a
+    Session's intra_op_parallelism_threads=1 does); on keeps its own count.
+    NOTE: a cap, not ``pool.workers = 1``: a pool first started while lowered
+    made no threads, and waited for ever for them once raised again."""
     from .backends import numpy_backend
-    pool, saved = numpy_backend.CPU_POOL, numpy_backend.CPU_POOL.workers
-    # NOTE: only ever lowered: a pool started with k threads can't serve more.
-    pool.workers = saved if on else 1
-
-    def restore():
-        pool.workers = saved
-    return restore
+    if on:
+        return lambda: None
+    capped = numpy_backend.CPU_POOL.capped(1)
+    capped.__enter__()
+    return lambda: capped.__exit__(None, None, None)
 
 
 FAST_PATHS = (

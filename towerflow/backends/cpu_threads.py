@@ -245,7 +245,9 @@ class WorkerPool(Serial):
 
     def _run(self, work, count):
         job = _Job(work, count)
-        helpers = min(count, self.active_workers) - 1
+        # NOTE: never more helpers than threads were started (a pool whose
+        # ``workers`` was raised after it started would wait for ever).
+        helpers = min(count, self.active_workers, len(self._inboxes) + 1) - 1
         for inbox in self._inboxes[:helpers]:
             inbox.put(job)
         try:
