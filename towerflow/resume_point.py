@@ -27,8 +27,12 @@ import numpy as np
 from . import errors
 from .dtypes import is_bfloat16
 from .log import logger
-from .train.checkpoint_format import (checkpoint_exists, checkpoint_prefix,
-                                      get_checkpoint_state, read_checkpoint)
+from .train.checkpoint_format import (
+    checkpoint_exists,
+    checkpoint_prefix,
+    get_checkpoint_state,
+    read_checkpoint,
+)
 
 
 class Candidates:

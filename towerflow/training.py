@@ -17,9 +17,17 @@ import time
 
 import numpy as np
 
+from . import (
+    curves,
+    mixed_precision,
+    progress,
+    resume_point,
+    run_control,
+    run_lock,
+    run_record,
+    training_rate,
+)
 from . import data as data_module
-from . import (curves, mixed_precision, progress, resume_point, run_control, run_lock,
-               run_record, training_rate)
 from .api import losses
 from .data.pipeline import check_state
 from .graph import core
