@@ -2,6 +2,7 @@
 two processes of two logical-CPU towers each train like one device; a dead
 rank and disagreeing ranks give named errors instead of hangs."""
 
+import os
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ def launch(tmp_path, *args, timeout=120):
     command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
                sys.executable, str(PROGRAM), str(tmp_path), *args]
     start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     return done, time.monotonic() - start
 
 
@@ -126,9 +127,23 @@ def test_a_rank_that_lost_a_peer_exits_with_status_1_without_finalizing(caught):
         "print('SCRIPT DONE')",
     ])
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, check=False)
     assert done.returncode == 1
     assert "FINALIZED" not in done.stdout
     assert ("SCRIPT DONE" in done.stdout) == caught
     if not caught:
         assert "rank 1 did not join all-reduce x within 1 s" in done.stderr
+
+
+def test_stale_mpi_session_directories_are_removed_before_a_launch(tmp_path):
+    """A SIGKILLed mpiexec leaves TMPDIR/ompi.<pid>; an mpiexec that later gets
+    the same pid failed to start ("The PMIx server's listener thread failed to
+    start"): the launcher removes those whose mpiexec is gone, and only those."""
+    from towerflow import launch as launcher
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live = tmp_path / f"ompi.{dead.pid}", tmp_path / f"ompi.{os.getpid()}"
+    for directory in (stale, live, tmp_path / "ompi.unrelated"):
+        (directory / "0").mkdir(parents=True)
+    assert launcher.remove_stale_mpi_sessions(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and live.exists() and (tmp_path / "ompi.unrelated").exists()

@@ -26,6 +26,7 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -93,6 +94,7 @@ def launch(num_ranks, command, timeout=None):
     0
     """
     line = mpiexec_command(num_ranks, command)
+    remove_stale_mpi_sessions()
     with tempfile.TemporaryDirectory(prefix="towerflow-launch-") as scratch:
         env = launch_environment(timeout)
         env[STOP_FILE_ENV] = os.path.join(scratch, "stop")
@@ -106,6 +108,36 @@ def launch(num_ranks, command, timeout=None):
                 code = _wait_for_job(child, scratch, env[JOB_VARIABLE],
                                      _collective_timeout(timeout) + _LOST_RANK_GRACE)
     return 128 + stopper.signum if stopper.signum else code
+
+
+_MPI_SESSION = re.compile(r"ompi\.(\d+)")     # Open MPI's session directory: ompi.<mpiexec pid>
+
+
+def remove_stale_mpi_sessions(directory=None):
+    """Remove this user's Open MPI session directories (``ompi.<pid>`` in the
+    temporary directory) whose ``mpiexec`` is gone; returns their paths.
+
+    NOTE: a SIGKILLed ``mpiexec`` (a killed job's) leaves its directory, and
+    with pids up to 32768 a later ``mpiexec`` may get the same pid, find the
+    stale PMIx rendezvous files and stop: "The PMIx server's listener thread
+    failed to start" (seen in the suite after its fault-injection tests)."""
+    directory = directory or tempfile.gettempdir()
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            found = _MPI_SESSION.fullmatch(name)
+            path = os.path.join(directory, name)
+            if found and _ours(path) and not process_alive(int(found[1])):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def _ours(path):
+    try:
+        return os.stat(path).st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def _collective_timeout(timeout):
