@@ -16,6 +16,7 @@ from fuzz_harness import (
     choose,
     random_shape,
     random_values,
+    static_or_not,
 )
 from fuzz_math_cases import require_dtype
 
@@ -23,9 +24,6 @@ import towerflow as tf
 
 ANY_DTYPES = NUMERIC_DTYPES + (np.bool_,)
 
-
-def static_or_not(rng, chance=0.4):
-    return bool(rng.random() < chance)
 
 
 def some_array(rng, min_rank=0, max_rank=4, dtypes=ANY_DTYPES, specials=True):

@@ -13,16 +13,13 @@ from fuzz_harness import (
     choose,
     random_shape,
     random_values,
+    static_or_not,
     summed_tolerance,
 )
 from fuzz_math_cases import draw_dtype, require_dtype
 from fuzz_nn_cases import _conv2d, _depthwise, _out_size, _windows
 
 import towerflow as tf
-
-
-def static_or_not(rng, chance=0.4):
-    return bool(rng.random() < chance)
 
 # -- asserts and numerics checks ----------------------------------------------------------
 

@@ -264,3 +264,9 @@ def _clash(rng, shape, other):
 
 def choose(rng, options):
     return options[int(rng.integers(len(options)))]
+
+
+def static_or_not(rng, chance=0.4):
+    """Whether a case's input is a placeholder of static shape (else its shape
+    is known only at run time): both the build path and the kernel path."""
+    return bool(rng.random() < chance)

@@ -18,14 +18,11 @@ from fuzz_harness import (
     choose,
     random_shape,
     random_values,
+    static_or_not,
 )
 from fuzz_math_cases import draw_dtype, require_dtype
 
 import towerflow as tf
-
-
-def static_or_not(rng, chance=0.4):
-    return bool(rng.random() < chance)
 
 
 def image_array(rng, dtypes=FLOAT_DTYPES, specials=False):

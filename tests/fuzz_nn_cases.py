@@ -19,15 +19,12 @@ from fuzz_harness import (
     choose,
     random_shape,
     random_values,
+    static_or_not,
     summed_tolerance,
 )
 from fuzz_math_cases import _mean, draw_dtype, require_dtype
 
 import towerflow as tf
-
-
-def static_or_not(rng, chance=0.4):
-    return bool(rng.random() < chance)
 
 
 def float_array(rng, shape, specials=True):
