@@ -10,14 +10,13 @@ CuPy (GPU), built for data-parallel training over many devices.
         print(sess.run(tf.matmul(a, b)))       # [[22. 28.] [49. 64.]]
 """
 
-import types as _types
-
 from . import backends as _backends  # noqa: F401
 from . import simgpu as _simgpu
 from .backends import numpy_backend as _numpy_backend  # noqa: F401  (CPU kernels)
 from . import (config, data, device_lib, errors, mixed_precision,
                parallel, train)
 from .api import layers, losses, nn
+from .api import missing as _missing
 from . import testing as test
 from .autodiff import gradients, stop_gradient
 from .device import DeviceSpec
@@ -46,7 +45,7 @@ from .ops.math_ops import (abs, add, add_n, argmax, argmin, cast, ceil, cos, div
                            reduce_max, reduce_mean, reduce_min, reduce_prod, reduce_sum,
                            round, rsqrt, sigmoid, sign, sin, sqrt, square,
                            squared_difference, subtract, tanh, truediv, where)
-from .ops import init_ops as initializers
+from .api import initializers
 from .ops.random_ops import (categorical, multinomial, random_normal, random_uniform,
                              set_random_seed, truncated_normal)
 from .ops.state_ops import (Variable, assign, assign_add, assign_sub, global_variables,
@@ -152,11 +151,29 @@ def add_to_collection(name, value):
 
 sub = subtract
 mul = multiply
-random = _types.SimpleNamespace(
+random = _missing.namespace(
+    "tf.random",
     categorical=categorical, multinomial=multinomial, normal=random_normal,
     uniform=random_uniform, truncated_normal=truncated_normal,
     set_random_seed=set_random_seed, set_seed=set_random_seed, shuffle=random_shuffle)
 __version__ = "0.1.0"
+
+# -- tf.contrib's thin aliases of core, importable as towerflow.contrib.layers too --
+from .api import contrib
+for _name in ("", ".framework", ".layers", ".rnn"):
+    _sys.modules[__name__ + ".contrib" + _name] = _sys.modules[contrib.__name__ + _name]
+# A missing name, or a module TF 1.15 has and towerflow lacks (towerflow.contrib.slim,
+# towerflow.python.ops.sparse_ops), says so (towerflow/api/missing.py).
+_sys.meta_path.append(_missing.MissingModuleFinder())
+
+
+def __getattr__(name):
+    """``tf.python`` (TF's import paths, towerflow/python) loads on first use;
+    any other name towerflow lacks raises ``AttributeError: towerflow has no tf.<name>``."""
+    if name == "python":
+        import importlib
+        return importlib.import_module(__name__ + ".python")
+    raise _missing.no_such_name(f"tf.{name}")
 
 # A process started with TOWERFLOW_SIMULATED_GPUS=N (a test's subprocess, or each
 # rank under `towerflow launch`) sees N simulated GPUs instead of CuPy's.

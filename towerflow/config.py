@@ -12,8 +12,8 @@ or :func:`list_logical_devices`); afterwards changes raise RuntimeError::
 """
 
 import collections
-import types
 
+from towerflow.api import missing as _missing
 from towerflow.device import runtime
 from towerflow.device.physical import PhysicalDevice
 from towerflow.device.runtime import (
@@ -97,7 +97,9 @@ def list_logical_devices(device_type=None):
             if device_type in (None, device.device_type)]
 
 
-experimental = types.SimpleNamespace(
+experimental = _missing.namespace(
+    "tf.config.experimental",
+    "tf.config.experimental: the TF 2.0/2.1 names of the same calls.",
     list_physical_devices=list_physical_devices,
     set_visible_devices=set_visible_devices,
     get_visible_devices=get_visible_devices,
@@ -111,4 +113,6 @@ experimental = types.SimpleNamespace(
     get_memory_growth=get_memory_growth,
     list_logical_devices=list_logical_devices,
 )
-experimental.__doc__ = "tf.config.experimental: the TF 2.0/2.1 names of the same calls."
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+__getattr__ = _missing.module_getattr("tf.config")

@@ -110,3 +110,8 @@ class DataLossError(OpError):
     """Unrecoverable data loss or corruption (a truncated or corrupt checkpoint)."""
 
     error_code = DATA_LOSS
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from .api import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.errors")

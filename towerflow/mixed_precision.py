@@ -218,3 +218,8 @@ def _all_finite(grads):
     """One bool scalar: every element of every gradient is finite."""
     return math_ops.reduce_all(array_ops.stack(
         [math_ops.reduce_all(math_ops.is_finite(grad)) for grad in grads]))
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from .api import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.mixed_precision")

@@ -35,3 +35,8 @@ def run(main=None, argv=None):
 
 
 __all__ = ["flags", "run"]
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.app")

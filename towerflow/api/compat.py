@@ -77,3 +77,8 @@ as_str = as_text
 def as_str_any(value):
     """``str(value)``, decoding bytes: ``tf.compat.as_str_any(b'a') == 'a'``."""
     return as_text(value) if isinstance(value, bytes) else str(value)
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.compat")

@@ -19,3 +19,8 @@ from ..ops.check_ops import (  # noqa: F401
 from ..ops.math_ops import is_finite, is_inf, is_nan  # noqa: F401
 from ..ops.numerics_ops import check_numerics  # noqa: F401
 from ..ops.numerics_ops import verify_tensor_all_finite as assert_all_finite  # noqa: F401
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.debugging")

@@ -99,3 +99,8 @@ DEFINE_float = _accept_old_argument_names(_absl_flags.DEFINE_float)
 DEFINE_integer = _accept_old_argument_names(_absl_flags.DEFINE_integer)
 
 FLAGS = _FlagValuesWrapper(_absl_flags.FLAGS)
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.flags")

@@ -223,3 +223,8 @@ class GFile:
 
     def __exit__(self, *exc_info):
         self.close()
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.io.gfile")

@@ -20,3 +20,8 @@ from ..ops.image_ops import (
 )
 
 resize = resize_images
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.image")

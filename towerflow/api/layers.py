@@ -291,3 +291,8 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
                        beta_initializer, gamma_initializer, moving_mean_initializer,
                        moving_variance_initializer, beta_regularizer, gamma_regularizer,
                        trainable, name=name, reuse=reuse, call_args={"training": training})
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.layers")

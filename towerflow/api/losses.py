@@ -87,3 +87,8 @@ def get_regularization_loss(scope=None, name="total_regularization_loss"):
     if losses:
         return math_ops.add_n(losses, name=name)
     return constant_ops.constant(0.0)
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.losses")

@@ -222,3 +222,8 @@ def _collected(value, update_op, metrics_collections, updates_collections):
     for key in updates_collections or ():
         graph.add_to_collection(key, update_op)
     return value, update_op
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.metrics")

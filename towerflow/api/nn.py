@@ -18,3 +18,8 @@ from ..ops.logistic_ops import (l2_normalize, sigmoid_cross_entropy_with_logits,
 # Recurrent networks: tf.nn.rnn_cell, static_rnn, dynamic_rnn (issue 16)
 from . import rnn_cell  # noqa: F401
 from .rnn import dynamic_rnn, static_rnn  # noqa: F401
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.nn")

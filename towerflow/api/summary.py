@@ -181,3 +181,7 @@ def merge_all(key=GraphKeys.SUMMARIES, scope=None, name=None):
         return None
     return merge(summaries, name=name)
 
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.summary")

@@ -121,3 +121,8 @@ def _caller_token():
 def TaskLevelStatusMessage(msg):
     """Log ``msg`` at ERROR, as TensorFlow 1.15 does."""
     _logger.error(msg)
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from . import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.logging")

@@ -4,3 +4,8 @@
 from . import timeline
 
 __all__ = ["timeline"]
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from ..api import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.client")

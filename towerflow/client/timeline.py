@@ -300,3 +300,8 @@ def _parse_label(label):
         return "unknown", "unknown", []
     name, op, inputs = match.groups()
     return name, op, inputs.split(", ") if inputs else []
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from ..api import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.client.timeline")

@@ -23,9 +23,8 @@ that are online). ``tf.parallel.DataParallel`` cuts each global batch into
 tower shards itself; ``shard_sizes(batch, num_towers)`` says how.
 """
 
-import types as _types
-
 from ..api import dataset_iterator as _iterators
+from ..api import missing as _missing
 from ..api.dataset import AUTOTUNE as _AUTOTUNE
 from ..api.dataset import Dataset
 from . import augment, cifar10, digits, mnist
@@ -37,8 +36,11 @@ Iterator = _iterators.Iterator
 make_one_shot_iterator = _iterators.make_one_shot_iterator
 make_initializable_iterator = _iterators.make_initializable_iterator
 # tf.data.experimental.AUTOTUNE: let the pipeline choose (num_parallel_calls, prefetch)
-experimental = _types.SimpleNamespace(AUTOTUNE=_AUTOTUNE)
+experimental = _missing.namespace("tf.data.experimental", AUTOTUNE=_AUTOTUNE)
 
 __all__ = ["Dataset", "Iterator", "Pipeline", "Split", "Splits", "augment", "channel_stats",
            "cifar10", "digits", "experimental", "make_initializable_iterator",
            "make_one_shot_iterator", "mnist", "shard_sizes"]
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+__getattr__ = _missing.module_getattr("tf.data")

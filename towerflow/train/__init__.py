@@ -56,3 +56,8 @@ __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptim
            "StepCounterHook", "StopAtStepHook", "SummarySaverHook", "ChiefSessionCreator",
            "MonitoredSession", "MonitoredTrainingSession", "Scaffold",
            "WorkerSessionCreator", "SummaryWriterCache"]
+
+# A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
+from ..api import missing as _missing
+
+__getattr__ = _missing.module_getattr("tf.train")
