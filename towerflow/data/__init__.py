@@ -28,6 +28,11 @@ import types as _types
 from ..api import dataset_iterator as _iterators
 from ..api.dataset import AUTOTUNE as _AUTOTUNE
 from ..api.dataset import Dataset
+from ..api.dataset_files import (
+           FixedLengthRecordDataset,
+           TextLineDataset,
+           TFRecordDataset,
+)
 from . import augment, cifar10, digits, mnist
 from .augment import channel_stats
 from .pipeline import Pipeline
@@ -39,6 +44,7 @@ make_initializable_iterator = _iterators.make_initializable_iterator
 # tf.data.experimental.AUTOTUNE: let the pipeline choose (num_parallel_calls, prefetch)
 experimental = _types.SimpleNamespace(AUTOTUNE=_AUTOTUNE)
 
-__all__ = ["Dataset", "Iterator", "Pipeline", "Split", "Splits", "augment", "channel_stats",
+__all__ = ["Dataset", "FixedLengthRecordDataset", "TFRecordDataset", "TextLineDataset",
+           "Iterator", "Pipeline", "Split", "Splits", "augment", "channel_stats",
            "cifar10", "digits", "experimental", "make_initializable_iterator",
            "make_one_shot_iterator", "mnist", "shard_sizes"]
