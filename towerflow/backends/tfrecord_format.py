@@ -15,10 +15,9 @@ NOTE: CRC-32C (Castagnoli), not zlib's CRC-32; google-crc32c computes it (a
 C extension wheel for CPython on x86_64 and aarch64, with a pure-Python fallback).
 """
 
+import functools
 import struct
 import zlib
-
-import google_crc32c
 
 from .. import errors
 
@@ -32,7 +31,19 @@ _READ_CHUNK = 1 << 16
 
 def crc32c(data):
     """The CRC-32C of ``data``: ``crc32c(b'123456789') == 0xE3069283``."""
-    return google_crc32c.value(bytes(data))
+    return _crc32c_value()(bytes(data))
+
+
+@functools.cache
+def _crc32c_value():
+    # NOTE: imported on first use, so towerflow imports (and runs all but
+    # TFRecords) where the dependency is missing, as in an old environment.
+    try:
+        import google_crc32c
+    except ImportError:
+        raise ImportError("TFRecord files need the google-crc32c package (a towerflow "
+                          "dependency): pip install google-crc32c") from None
+    return google_crc32c.value
 
 
 def masked_crc32c(data):
