@@ -66,6 +66,11 @@ LEFT_OUT = {
                     "(tests/test_debugging_ops.py)"),
     "assert_type": "a check of the static dtype only, a TypeError while building",
     "decode_raw": "takes string tensors (tests/test_queues.py, test_string_tensors.py)",
+    **dict.fromkeys(("parse_single_example", "parse_example", "decode_csv", "read_file",
+                     "write_file", "image.decode_png", "image.decode_jpeg",
+                     "image.decode_image", "image.encode_png", "image.encode_jpeg"),
+                    "take serialized records, CSV text, file names or image files, not "
+                    "numbers (tests/test_records.py)"),
 }
 
 

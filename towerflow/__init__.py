@@ -71,6 +71,12 @@ from .api import metrics
 from .dtypes import string
 from .ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from .ops.io_ops import FixedLengthRecordReader, decode_raw
+# TFRecords, tf.train.Example parsing, CSV, text and whole-file readers (issue 34)
+from .ops.io_ops import (ReaderBase, TextLineReader, TFRecordReader, WholeFileReader,
+                         read_file, write_file)
+from .ops.parsing_ops import (FixedLenFeature, FixedLenSequenceFeature, VarLenFeature,
+                              decode_csv, parse_example, parse_single_example)
+from .api import python_io
 from .ops.random_ops import random_shuffle
 from .ops.state_ops import count_up_to, local_variables, local_variables_initializer
 # TF1 compatibility: flags and tf.app.run, tf.gfile / tf.io.gfile, tf.logging,

@@ -1,6 +1,14 @@
 """``tf.image``: resizing, flips, crops, brightness and contrast,
-standardisation and dtype conversion (towerflow/ops/image_ops.py)."""
+standardisation and dtype conversion (towerflow/ops/image_ops.py), and the
+PNG / JPEG codecs (towerflow/ops/image_codec_ops.py)."""
 
+from ..ops.image_codec_ops import (
+                             decode_image,
+                             decode_jpeg,
+                             decode_png,
+                             encode_jpeg,
+                             encode_png,
+)
 from ..ops.image_ops import (
                              ResizeMethod,
                              adjust_brightness,

@@ -1,5 +1,6 @@
 """Host kernels of the input pipeline: queue ops, file readers, decode_raw,
-random_shuffle. They move NumPy arrays (strings are object arrays of bytes),
+random_shuffle (and, from their own modules, the other readers, Example and
+CSV parsing, image codecs). They move NumPy arrays (strings are object arrays of bytes),
 so only the CPU table has them, and the placer keeps their ops on a CPU, as
 TensorFlow does.
 
@@ -15,7 +16,7 @@ import threading
 import numpy as np
 
 from .. import errors
-from . import queues
+from . import image_codec_kernels, parsing_kernels, queues, reader_kernels
 
 
 def queue_of(ctx, queue_op):
@@ -39,6 +40,9 @@ def build_queue_kernels():
         "QueueIsClosedV2": _is_closed, "FixedLengthRecordReaderV2": _reader_handle,
         "ReaderReadV2": _reader_read, "DecodeRaw": _decode_raw,
         "RandomShuffle": _random_shuffle})
+    table.update(reader_kernels.build_reader_kernels(_reader_handle))
+    table.update(parsing_kernels.build_parsing_kernels())
+    table.update(image_codec_kernels.build_image_codec_kernels())
     return table
 
 
@@ -160,6 +164,9 @@ def _reader_handle(ctx):
 
 def _records_of(ctx, reader_op):
     attrs = reader_op.attrs
+    if reader_op.type in reader_kernels.READER_OPS:
+        return ctx.resource(("reader", reader_op),
+                            lambda: reader_kernels.make_reader(reader_op))
     return ctx.resource(("reader", reader_op), lambda: FixedLengthRecords(
         attrs["record_bytes"], attrs["header_bytes"], attrs["footer_bytes"]))
 

@@ -27,6 +27,11 @@ from ..api import dataset_iterator as _iterators
 from ..api import missing as _missing
 from ..api.dataset import AUTOTUNE as _AUTOTUNE
 from ..api.dataset import Dataset
+from ..api.dataset_files import (
+           FixedLengthRecordDataset,
+           TextLineDataset,
+           TFRecordDataset,
+)
 from . import augment, cifar10, digits, mnist
 from .augment import channel_stats
 from .pipeline import Pipeline
@@ -38,7 +43,8 @@ make_initializable_iterator = _iterators.make_initializable_iterator
 # tf.data.experimental.AUTOTUNE: let the pipeline choose (num_parallel_calls, prefetch)
 experimental = _missing.namespace("tf.data.experimental", AUTOTUNE=_AUTOTUNE)
 
-__all__ = ["Dataset", "Iterator", "Pipeline", "Split", "Splits", "augment", "channel_stats",
+__all__ = ["Dataset", "FixedLengthRecordDataset", "TFRecordDataset", "TextLineDataset",
+           "Iterator", "Pipeline", "Split", "Splits", "augment", "channel_stats",
            "cifar10", "digits", "experimental", "make_initializable_iterator",
            "make_one_shot_iterator", "mnist", "shard_sizes"]
 

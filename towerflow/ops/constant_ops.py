@@ -85,8 +85,10 @@ def to_numpy(value, dtype=None):
         dtypes.default_for_python_value(value)
     if int_bounds is not None and target.is_integer:
         _check_ints_fit(value, int_bounds, target)
-    if kind == "f" and target.is_integer or \
-            kind in "fiu" and target.is_bool and source.size:
+    # NOTE: an empty value loses nothing: tf.constant([], tf.int32) is TF's
+    # way to spell an empty int tensor (decode_csv's required column).
+    if (kind == "f" and target.is_integer or kind in "fiu" and target.is_bool) and \
+            source.size:
         raise TypeError(f"Expected {target.name}, got {value!r} of dtype {source.dtype}: "
                         "that would lose information; cast explicitly with tf.cast")
     return np.array(source, dtype=target.as_numpy_dtype)

@@ -24,7 +24,10 @@ from .moving_averages import ExponentialMovingAverage
 from .coordinator import Coordinator
 from .queue_runner import QueueRunner, add_queue_runner, start_queue_runners
 from .input import (batch, input_producer, limit_epochs, range_input_producer, shuffle_batch,
-                    string_input_producer)
+                    slice_input_producer, string_input_producer)
+# tf.train.Example and its parts (protocol buffers; towerflow/api/example_protos.py)
+from ..api.example_protos import (BytesList, Example, Feature, FeatureList, FeatureLists,
+                                  Features, FloatList, Int64List, SequenceExample)
 
 # MonitoredTrainingSession and its hooks live with TF1's public namespaces
 # (towerflow/api); imported last, as they build on the names above.
@@ -49,7 +52,9 @@ __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptim
            "list_variables", "load_variable", "Coordinator", "QueueRunner",
            "add_queue_runner", "start_queue_runners", "batch", "input_producer",
            "limit_epochs", "range_input_producer", "shuffle_batch",
-           "string_input_producer", "SessionRunArgs", "SessionRunContext",
+           "string_input_producer", "slice_input_producer", "BytesList", "Example",
+           "Feature", "FeatureList", "FeatureLists", "Features", "FloatList", "Int64List",
+           "SequenceExample", "SessionRunArgs", "SessionRunContext",
            "SessionRunHook", "SessionRunValues", "CheckpointSaverHook",
            "CheckpointSaverListener", "FeedFnHook", "LoggingTensorHook",
            "NanLossDuringTrainingError", "NanTensorHook", "SecondOrStepTimer",

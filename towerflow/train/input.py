@@ -19,7 +19,14 @@ from .. import dtypes
 from ..graph import core
 from ..graph.core import GraphKeys
 from ..graph.shapes import TensorShape, as_shape
-from ..ops import array_ops, constant_ops, data_flow_ops, random_ops, state_ops
+from ..ops import (
+    array_ops,
+    constant_ops,
+    data_flow_ops,
+    index_ops,
+    random_ops,
+    state_ops,
+)
 from .queue_runner import QueueRunner, add_queue_runner
 
 
@@ -103,6 +110,34 @@ def range_input_producer(limit, num_epochs=None, shuffle=True, seed=None, capaci
         indices = constant_ops.constant(np.arange(limit, dtype=np.int32), name="range")
         return input_producer(indices, [], num_epochs, shuffle, seed, capacity,
                               shared_name, name=scope)
+
+
+def slice_input_producer(tensor_list, num_epochs=None, shuffle=True, seed=None,
+                         capacity=32, shared_name=None, name=None):
+    """One row of every tensor of ``tensor_list`` at a time (the same row of
+    each), the rows in a new order each epoch if ``shuffle``; a list of tensors::
+
+        image, label = tf.train.slice_input_producer([images, labels], num_epochs=2)
+    """
+    if not isinstance(tensor_list, (list, tuple)) or not tensor_list:
+        raise ValueError("Expected at least one tensor in slice_input_producer().")
+    graph = core.get_default_graph()
+    with graph.name_scope(name or "input_producer") as scope:
+        tensors = [constant_ops.convert_to_tensor(tensor) for tensor in tensor_list]
+        rows = _common_rows(tensors)
+        queue = range_input_producer(rows, num_epochs, shuffle, seed, capacity, shared_name,
+                                     name=scope)
+        row = queue.dequeue()
+        return [index_ops.gather(tensor, row) for tensor in tensors]
+
+
+def _common_rows(tensors):
+    sizes = {None if tensor.shape.ndims in (None, 0) else tensor.shape.dims[0]
+             for tensor in tensors}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(f"slice_input_producer needs tensors with the same known size in "
+                         f"dimension 0, got shapes {[str(t.shape) for t in tensors]}")
+    return sizes.pop()
 
 
 def batch(tensors, batch_size, num_threads=1, capacity=32, enqueue_many=False,
