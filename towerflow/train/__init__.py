@@ -17,8 +17,9 @@ from .optimizers import (AdadeltaOptimizer, AdagradOptimizer, AdamOptimizer, Ada
 from .schedules import (cosine_decay, exponential_decay, inverse_time_decay,
                         learning_rate_schedule, linear_warmup, natural_exp_decay, one_cycle,
                         piecewise_constant, polynomial_decay)
-from .checkpoint_format import (checkpoint_exists, get_checkpoint_state, latest_checkpoint,
-                                list_variables, load_variable)
+from .checkpoint_format import checkpoint_exists, get_checkpoint_state, latest_checkpoint
+from .checkpoint_reader import (NewCheckpointReader, init_from_checkpoint, list_variables,
+                                load_checkpoint, load_variable)
 from .saver import Saver
 from .moving_averages import ExponentialMovingAverage
 from .coordinator import Coordinator
@@ -49,7 +50,8 @@ __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptim
            "global_step", "inverse_time_decay", "learning_rate_schedule", "linear_warmup",
            "natural_exp_decay", "one_cycle", "piecewise_constant", "polynomial_decay",
            "Saver", "checkpoint_exists", "get_checkpoint_state", "latest_checkpoint",
-           "list_variables", "load_variable", "Coordinator", "QueueRunner",
+           "list_variables", "load_variable", "NewCheckpointReader", "load_checkpoint",
+           "init_from_checkpoint", "Coordinator", "QueueRunner",
            "add_queue_runner", "start_queue_runners", "batch", "input_producer",
            "limit_epochs", "range_input_producer", "shuffle_batch",
            "string_input_producer", "slice_input_producer", "BytesList", "Example",

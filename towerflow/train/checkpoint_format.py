@@ -11,6 +11,7 @@ atomic: a hidden temporary file in the same directory, fsynced, then renamed.
 
 import collections
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import numpy as np
 from .. import errors
 from ..dtypes import is_bfloat16
 from ..log import logger
+from . import sstable, tensor_bundle
 
 FORMAT = "towerflow.checkpoint"
 VERSION = 1
@@ -104,6 +106,8 @@ def read_checkpoint(save_path, with_variables=True):
     NotFoundError if there is no such file, DataLossError naming the file if
     it is truncated or any checksum does not match."""
     path = _resolve(save_path)
+    if path.endswith(tensor_bundle.INDEX_SUFFIX):
+        return _read_bundle(path, with_variables)
     _check_zip(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -123,18 +127,65 @@ def read_checkpoint(save_path, with_variables=True):
 
 
 def checkpoint_prefix(path):
-    """TensorFlow's name of a checkpoint: its file's path without ``.npz``
-    (``'ckpt/model.ckpt-300'`` for ``'ckpt/model.ckpt-300.npz'``)."""
-    return path.removesuffix(".npz")
+    """TensorFlow's name of a checkpoint: its file's path without ``.npz`` or, for
+    TF's format, ``.index`` (``'ckpt/model.ckpt-300'`` for
+    ``'ckpt/model.ckpt-300.npz'``)."""
+    return path.removesuffix(".npz").removesuffix(tensor_bundle.INDEX_SUFFIX)
 
 
 def checkpoint_file(save_path):
     """The file holding the checkpoint ``save_path`` (a prefix or a file's
-    path), or None: ``checkpoint_file('ckpt/model-3') == 'ckpt/model-3.npz'``."""
-    for path in (save_path + ".npz", save_path):
+    path), or None: ``checkpoint_file('ckpt/model-3') == 'ckpt/model-3.npz'``; a
+    checkpoint in TF's format is its index, ``'ckpt/model-3.index'``."""
+    for path in (save_path + ".npz", tensor_bundle.index_filename(save_path), save_path):
         if os.path.isfile(path):
             return path
     return None
+
+
+def remove_checkpoint(prefix):
+    """Delete the files of the checkpoint ``prefix`` (either format); True if
+    there were some. The index goes first: without it, no reader sees the rest."""
+    paths = [prefix + ".npz", tensor_bundle.index_filename(prefix)]
+    paths += sorted(glob.glob(glob.escape(prefix) + ".data-?????-of-?????"))
+    removed = False
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+            removed = True
+    return removed
+
+
+def write_bundle(prefix, variables):
+    """Write ``{name: array}`` as a checkpoint in TensorFlow's format (a tensor
+    bundle: ``prefix.index`` and one data shard), each file atomically; the
+    index, written last, is what makes the checkpoint exist."""
+    data, index_items = tensor_bundle.bundle_files(variables)
+    _atomic_write(tensor_bundle.data_filename(prefix, 0, 1),
+                  lambda stream: stream.write(data), "checkpoint-data")
+    _atomic_write(tensor_bundle.index_filename(prefix),
+                  lambda stream: sstable.write_table(stream, index_items), "checkpoint")
+    with contextlib.suppress(FileNotFoundError):   # an older .npz would be read first
+        os.remove(prefix + ".npz")
+
+
+def _read_bundle(index_path, with_variables):
+    """A ``Checkpoint`` of a tensor bundle: every tensor read and its CRC-32C
+    verified; the global step is its ``global_step`` tensor when it has one."""
+    prefix = checkpoint_prefix(index_path)
+    try:
+        reader = tensor_bundle.BundleReader(prefix)
+        names = list(reader.shapes()) if with_variables else \
+            [name for name in ("global_step",) if name in reader.entries]
+        variables = {name: reader.tensor(name) for name in names}
+    except (errors.DataLossError, errors.NotFoundError) as err:
+        raise _data_loss(index_path, err.message) from err
+    step = variables.get("global_step")
+    global_step = int(step) if step is not None and step.ndim == 0 and \
+        step.dtype.kind in "iu" else None
+    if not with_variables:
+        variables = {}
+    return Checkpoint(index_path, global_step, variables, {})
 
 
 def checkpoint_exists(checkpoint_prefix):
@@ -392,30 +443,3 @@ def latest_checkpoint(checkpoint_dir, latest_filename=None):
         except (errors.DataLossError, errors.NotFoundError) as err:
             _skip_warning(path, err)
     return None
-
-
-def list_variables(ckpt_dir_or_file):
-    """``[(logical name, shape), ...]`` of a checkpoint file or of a directory's
-    latest one, sorted by name. Example: ``tf.train.list_variables('ckpt')``."""
-    checkpoint = read_checkpoint(_file_of(ckpt_dir_or_file))
-    return [(name, list(value.shape)) for name, value in sorted(checkpoint.variables.items())]
-
-
-def load_variable(ckpt_dir_or_file, name):
-    """The saved value of the variable ``name`` (a logical name; a ``tower_<i>/``
-    prefix is stripped). Example: ``tf.train.load_variable('ckpt', 'dense/kernel')``."""
-    checkpoint = read_checkpoint(_file_of(ckpt_dir_or_file))
-    try:
-        return checkpoint.variables[logical_name(name)]
-    except KeyError:
-        raise errors.NotFoundError(None, None, f"Key {logical_name(name)} not found in "
-                                   f"checkpoint {checkpoint.path}") from None
-
-
-def _file_of(ckpt_dir_or_file):
-    if not os.path.isdir(ckpt_dir_or_file):
-        return ckpt_dir_or_file
-    path = latest_checkpoint(ckpt_dir_or_file)
-    if path is None:
-        raise errors.NotFoundError(None, None, f"No checkpoint in {ckpt_dir_or_file}")
-    return path

@@ -39,14 +39,27 @@ from ..graph import core
 from ..graph.core import GraphKeys
 from ..log import logger
 from ..ops import array_ops, constant_ops, state_ops
-from .checkpoint_format import (_TOWER_PREFIX, _candidates, _encode_extra_state, _skip_warning,
-                                checkpoint_exists, checkpoint_file, checkpoint_prefix,
-                                get_checkpoint_state, logical_name, read_checkpoint,
-                                update_checkpoint_state, write_checkpoint)
+from .checkpoint_format import (
+    _TOWER_PREFIX,
+    _candidates,
+    _encode_extra_state,
+    _skip_warning,
+    checkpoint_exists,
+    checkpoint_file,
+    checkpoint_prefix,
+    get_checkpoint_state,
+    logical_name,
+    read_checkpoint,
+    remove_checkpoint,
+    update_checkpoint_state,
+    write_bundle,
+    write_checkpoint,
+)
 
 # What ``Saver.restore_latest`` returns: the checkpoint restored (None when the
 # directory holds none) and its extra_state ({} when none).
 Restored = collections.namedtuple("Restored", ["path", "extra_state"])
+FORMATS = ("npz", "tf")     # towerflow's one-file format; TensorFlow's V2 (tensor bundle)
 
 
 def _tower_index(name):
@@ -63,11 +76,19 @@ class Saver:
     Variable}`` (saved under exactly those names). ``max_to_keep``: how many
     recent checkpoints to keep (None or 0: keep all files; only the newest is
     listed in the state file); ``keep_checkpoint_every_n_hours``: also keep one
-    file per this many hours. Example: ``tf.train.Saver(max_to_keep=3)``.
+    file per this many hours. ``format``: ``'npz'`` (the default: towerflow's
+    one-file format, which also holds ``extra_state``) or ``'tf'``: TensorFlow's
+    own V2 format (``<prefix>.index`` and ``<prefix>.data-00000-of-00001``), which
+    TensorFlow's Saver restores. ``restore`` reads either, whatever ``format``.
+    Example: ``tf.train.Saver(max_to_keep=3, format='tf')``.
     """
 
     def __init__(self, var_list=None, max_to_keep=5, keep_checkpoint_every_n_hours=10000.0,
-                 name=None, defer_build=False, allow_empty=False, pad_step_number=False):
+                 name=None, defer_build=False, allow_empty=False, pad_step_number=False,
+                 *, format="npz"):
+        if format not in FORMATS:
+            raise ValueError(f"Saver format must be one of {FORMATS}; got {format!r}")
+        self._format = format
         self._var_list = var_list
         self._max_to_keep = max_to_keep
         self._keep_every_s = float(keep_checkpoint_every_n_hours) * 3600.0
@@ -121,20 +142,29 @@ class Saver:
         """Write one checkpoint file and return its prefix, as TensorFlow does:
         ``save_path`` or ``save_path-<step>`` with ``global_step`` (an int, or a
         variable or tensor that is evaluated); the file is the prefix plus
-        ``.npz``, and ``restore`` takes either. ``extra_state``: a JSON-serialisable
-        dict (NumPy arrays allowed anywhere in it) returned by ``restore``.
+        ``.npz``, and ``restore`` takes either (with ``format='tf'``: the files
+        ``<prefix>.index`` and ``<prefix>.data-00000-of-00001``). ``extra_state``:
+        a JSON-serialisable dict (NumPy arrays allowed anywhere in it) returned by
+        ``restore``; the npz format only.
         ``write_meta_graph`` is accepted for TF compatibility; no meta graph is
         written. Example: ``saver.save(sess, 'ckpt/model', global_step=step)``."""
         self.build()
         step = _step_value(sess, global_step)
-        path = _checkpoint_path(save_path, step, self._pad_step_number)
+        path = _checkpoint_path(save_path, step, self._pad_step_number, self._format)
         if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise errors.NotFoundError(None, None, f"Parent directory of {save_path} "
                                        "doesn't exist, can't save.")
+        if extra_state is not None and self._format == "tf":
+            raise ValueError("extra_state is saved in towerflow's npz format only; this "
+                             "Saver writes TF's format (format='tf')")
         json_state, extra_arrays = _encode_extra_state(extra_state)
         names = sorted(self._sources)
-        values = _run(sess, self._graph, [self._sources[name] for name in names])
-        write_checkpoint(path, dict(zip(names, values)), step, json_state, extra_arrays)
+        values = dict(zip(names, _run(sess, self._graph,
+                                      [self._sources[name] for name in names])))
+        if self._format == "tf":
+            write_bundle(path, values)
+        else:
+            write_checkpoint(path, values, step, json_state, extra_arrays)
         prefix = checkpoint_prefix(path)
         if write_state:
             self._record(prefix, latest_filename)
@@ -156,7 +186,7 @@ class Saver:
             if saved_at > self._next_preserve_time:
                 self._next_preserve_time += self._keep_every_s   # kept for good
             else:
-                _remove(checkpoint_file(old_path) or old_path)
+                _remove(old_path)
 
     def recover_last_checkpoints(self, checkpoint_paths):
         """Track ``checkpoint_paths`` (oldest first) as this saver's kept
@@ -303,11 +333,12 @@ def _step_value(sess, global_step):
     return int(global_step)
 
 
-def _checkpoint_path(save_path, step, pad):
+def _checkpoint_path(save_path, step, pad, checkpoint_format):
+    """The npz file's path, or the prefix of a checkpoint in TF's format."""
     base = save_path.removesuffix(".npz")
     if step is not None:
         base += f"-{step:08d}" if pad else f"-{step}"
-    return base + ".npz"
+    return base + ".npz" if checkpoint_format == "npz" else base
 
 
 def _saved_time(checkpoint):
@@ -315,10 +346,8 @@ def _saved_time(checkpoint):
     return os.path.getmtime(path) if path is not None else time.time()
 
 
-def _remove(path):
+def _remove(prefix):
     try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
+        remove_checkpoint(checkpoint_prefix(prefix))
     except OSError as err:
-        logger.warning("towerflow: could not delete old checkpoint %s: %s", path, err)
+        logger.warning("towerflow: could not delete old checkpoint %s: %s", prefix, err)
