@@ -104,6 +104,11 @@ POOLING = [
     # third order: the gradient of MaxPoolGradGrad (MaxPoolGrad again)
     second("max_pool_grad_grad", first_order(pool(tf.nn.max_pool, 3, 2, "SAME")),
            distinct(1, 5, 5, 2, offset=2.0)),
+    # windows of more than 64 taps: the winners are indices, not bit masks
+    second("max_pool_grad_81_taps", pool(tf.nn.max_pool, 9, 4, "SAME"),
+           distinct(1, 9, 9, 1, offset=9.0)),
+    second("max_pool_grad_grad_81_taps", first_order(pool(tf.nn.max_pool, 9, 4, "SAME")),
+           distinct(1, 9, 9, 1, offset=9.0)),
 ] + [
     second(f"{fn.__name__}_grad_{window}_{strides}_{padding}",
            pool(fn, window, strides, padding), distinct(2, 5, 5, 2, offset=2.0))
