@@ -303,14 +303,6 @@ def test_a_fed_out_backprop_of_other_sizes_is_an_invalid_argument(op_device, fed
             session.run(dx, {grad: np.zeros(fed_shape, np.float32)})
 
 
-def test_conv2d_backprop_filter_has_no_gradient_of_its_own():
-    x, dy = tf.zeros([1, 4, 4, 2]), tf.zeros([1, 4, 4, 3])
-    dw = tf.nn.conv2d_backprop_filter(x, [3, 3, 2, 3], dy, [1, 1, 1, 1], "SAME")
-    with pytest.raises(LookupError, match=r"No gradient defined for operation "
-                                          r"'Conv2DBackpropFilter' \(op type: "):
-        tf.gradients(dw, [x, dy])
-
-
 # -- gradients -------------------------------------------------------------------------
 
 

@@ -372,6 +372,7 @@ NOT_COVERED_HERE = {
     "ConcatGrad", "TanhGrad", "SigmoidGrad", "ReluGrad", "EluGrad", "GeluGrad",
     "BiasAddGrad", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad",
     "AvgPoolGrad", "FusedBatchNormGrad",
+    "MaxPoolGradGrad",          # second order: test_second_order.py (finite differences)
     # NN ops: test_nn_ops.py (NumPy and torch) and test_layers.py (Dropout, Multinomial)
     "Relu", "Elu", "Gelu", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
     "SparseSoftmaxCrossEntropyWithLogits", "BiasAdd", "Conv2D", "MaxPool", "AvgPool",

@@ -18,7 +18,7 @@ from . import (config, data, device_lib, errors, mixed_precision,
 from .api import layers, losses, nn
 from .api import missing as _missing
 from . import testing as test
-from .autodiff import gradients, stop_gradient
+from .autodiff import gradients, hessians, stop_gradient
 from .device import DeviceSpec
 from .dtypes import (DType, as_dtype, bfloat16, bool, double, float16, float32,  # noqa: A004
                      float64, half, int8, int16, int32, int64, uint8, uint16)
@@ -113,6 +113,7 @@ from .ops.numerics_ops import add_check_numerics_ops, check_numerics, verify_ten
 from .ops.script_ops import numpy_function, py_func
 # -- control flow: tf.cond, tf.while_loop, tf.map_fn (issue 16) --
 from .ops import control_flow_grad as _control_flow_grad  # noqa: F401  (gradients)
+from .ops import second_order_grad as _second_order_grad  # noqa: F401  (gradients)
 from .ops.control_flow_ops import case, cond, map_fn, switch_case, while_loop
 # -- TF1's deprecated casts, still in classic programs --
 from .ops.math_ops import to_double, to_float, to_int32, to_int64

@@ -13,11 +13,10 @@ definition (``registry.register_gradient``); this engine only
   one place (``UnbroadcastGrad``), so gradient functions never need to.
 
 Gradient ops are colocated with their forward op, so each tower's backward
-pass runs on the tower's device. Most ops gradients are built from (ReluGrad,
-Conv2DBackpropFilter, ...) register no gradient of their own, so asking for a
-second derivative through them raises LookupError rather than returning a
-silently wrong answer (Conv2DBackpropInput has one: it is also
-tf.nn.conv2d_transpose)::
+pass runs on the tower's device. The ops gradients are built from (ReluGrad,
+Conv2DBackpropFilter, ...) have gradients of their own
+(ops/second_order_grad.py), so a gradient of a gradient is one more call;
+``hessians`` builds on it::
 
     loss = tf.reduce_mean(tf.square(w * x + b - y))
     grad_w, grad_b = tf.gradients(loss, [w, b])
@@ -59,6 +58,42 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
         for op in sorted(between, key=lambda op: op._id, reverse=True):
             _backprop_op(graph, op, pending, between, wanted, stopped)
         return [_total_grad(graph, x, pending) for x in xs]
+
+
+def hessians(ys, xs, name="hessians", colocate_gradients_with_ops=False,
+              gate_gradients=False, aggregation_method=None):
+    """The Hessian of ``sum(ys)`` with respect to each x in ``xs``, of shape
+    ``x.shape + x.shape``, as TF 1.15's ``tf.hessians``: one gradient of the
+    gradient per element of x (whose size must be known when the graph is
+    built), so it suits small xs; for large ones take Hessian-vector products,
+    ``tf.gradients(tf.gradients(loss, w), w, grad_ys=v)``. Example::
+
+        hess_w, = tf.hessians(tf.reduce_sum(w ** 3), w)    # diag(6 w)
+
+    Colocation is always on and the other two options change nothing here.
+    """
+    xs = [_as_tensor(x) for x in _as_list(xs)]
+    first = gradients(ys, xs, name=name)
+    return [_hessian_of(grad, x, name) for grad, x in zip(first, xs)]
+
+
+def _hessian_of(grad, x, name):
+    from .ops.array_ops import reshape, stack
+    if grad is None:     # TF 1.15 reshapes the None gradient, with this message
+        raise ValueError("None values not supported.")
+    count = x.shape.num_elements()
+    if count is None:
+        raise ValueError(f"hessians needs the shape of {x.name} known when the graph is "
+                         f"built, got {x.shape}")
+    flat = reshape(grad, [-1])
+    rows = []
+    for index in range(count):
+        (row,) = gradients(flat[index], x, name=name)
+        # NOTE: a gradient that no longer depends on x (ys linear in x) gives a zero
+        # row, where TF 1.15's TensorArray refuses the None.
+        rows.append(constant_ops.zeros_like(x) if row is None else row)
+    dims = x.shape.as_list()
+    return reshape(stack(rows), dims + dims)
 
 
 def _as_list(value):

@@ -25,6 +25,11 @@ def _pool_kernels(xp, parallel):
         return lambda x, winner, grad: _max_pool_grad(xp, parallel, x, winner, grad,
                                                       layout_of(x.shape))
 
+    def max_pool_grad_grad(ctx):
+        layout_of = _layout_maker(ctx.attrs)
+        return lambda x, winner, grad: _max_pool_grad_grad(xp, winner, grad,
+                                                           layout_of(x.shape))
+
     def max_pool_grad_relu(ctx):
         """MaxPoolGrad → ReluGrad(·, x) as one kernel (see towerflow.fusion): the
         cell a window's gradient goes to equals the window's max, so the
@@ -65,6 +70,7 @@ def _pool_kernels(xp, parallel):
         return grad_fn
 
     return {"MaxPool": max_pool, "MaxPoolGrad": max_pool_grad,
+            "MaxPoolGradGrad": max_pool_grad_grad,
             "_MaxPoolGradRelu": max_pool_grad_relu,
             "AvgPool": avg_pool, "AvgPoolGrad": avg_pool_grad}
 
@@ -271,6 +277,20 @@ def _route_to_first_max(xp, code, grad, lay, dx, exact_cover, finite):
             dx[tap.in_index] = routed
         else:
             _add_into(dx[tap.in_index], routed)
+
+
+def _max_pool_grad_grad(xp, code, grad, lay):
+    """MaxPoolGrad's transpose: each window takes the cell of ``grad`` at its
+    first maximum (an input-shaped ``grad`` to a pooled-shaped result).
+    Copied, never multiplied by a mask, so an infinite cell stays where it is."""
+    out = xp.zeros(code.shape, grad.dtype)
+    if code.dtype != np.int32:          # isolate the lowest set bit: the first maximum
+        code = code & xp.negative(code)
+    for position, tap in enumerate(lay.taps):
+        first = code[tap.out_index] == code.dtype.type(
+            position if code.dtype == np.int32 else 1 << position)
+        xp.copyto(out[tap.out_index], grad[tap.in_index], where=first)
+    return out
 
 
 def _avg_pool_grad_tiles(xp, grad, shape, lay):

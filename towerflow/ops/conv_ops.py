@@ -100,8 +100,14 @@ register_op("Conv2D", _conv2d_shape, exact_gradients=True)
 # (x, w, grad) or (w, grad) -> grad w.r.t. x (tf.nn.conv2d_transpose);
 # (patches, grad) -> grad w.r.t. w
 register_op("Conv2DBackpropInput", _backprop_input_shape, exact_gradients=True)
+# NOTE: the gradient reaching the patches (second order: the gradient of a
+# Conv2DBackpropFilter) is given as the gradient w.r.t. the Conv2D's input x,
+# of x's shape, not of the patches' (which may be Winograd tiles): Conv2D's
+# gradient adds it to its input's; exact_gradients keeps autodiff from
+# summing it to the patches' shape.
 register_op("Conv2DBackpropFilter",
-            lambda inputs, attrs: [(TensorShape(attrs["filter_shape"]), inputs[0].dtype)])
+            lambda inputs, attrs: [(TensorShape(attrs["filter_shape"]), inputs[0].dtype)],
+            exact_gradients=True)
 
 
 def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True,
@@ -117,11 +123,13 @@ def conv2d(input, filter=None, strides=None, padding=None, use_cudnn_on_gpu=True
     return x.graph.create_op("Conv2D", [x, w], attrs, name=name or "Conv2D").outputs[0]
 
 
-def _conv2d_grad(op, grad, _grad_patches):
+def _conv2d_grad(op, grad, grad_through_patches):
     x, w = op.inputs
     graph = x.graph
     attrs = {"strides": op.attrs["strides"], "padding": op.attrs["padding"]}
     grad_x = graph.create_op("Conv2DBackpropInput", [x, w, grad], attrs).outputs[0]
+    if grad_through_patches.op.type != "ZerosLike":   # x-shaped (see Conv2DBackpropFilter)
+        grad_x = grad_x + grad_through_patches
     if not w.shape.is_fully_defined():
         raise ValueError(f"the gradient of conv2d needs a filter of known shape, got {w.shape}")
     # NOTE: the strides and padding let a kernel that gets x, not patches, as its
@@ -374,6 +382,10 @@ register_op("AvgPool", _pool_shape, exact_gradients=True)
 register_op("MaxPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)],
             shape_only_inputs=(0,))
 register_op("AvgPoolGrad", lambda inputs, attrs: [(inputs[0].shape, inputs[0].dtype)],
+            shape_only_inputs=(0,))
+# (x, winner, grad of x's shape) -> MaxPoolGrad's transpose: each window's
+# first maximum's cell of grad (a second-order gradient, TF's MaxPoolGradGrad)
+register_op("MaxPoolGradGrad", lambda inputs, attrs: [(inputs[1].shape, inputs[2].dtype)],
             shape_only_inputs=(0,))
 
 

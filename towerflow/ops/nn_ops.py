@@ -198,11 +198,20 @@ def _over_flat_rows(op_type, logits, labels, name):
 
 
 def _xent_grad(op, grad_loss, grad_backprop):
+    """The second output is the gradient softmax(logits) - labels: one that
+    a gradient reached (second order, TF's grad_grad) adds the softmax's
+    Jacobian times it to the logits' gradient (and, unlike TF 1.15, which
+    leaves it out, minus it to the dense labels')."""
     grad_logits = _expand_last(grad_loss) * op.outputs[1]
+    second_order = grad_backprop.op.type != "ZerosLike"
+    if second_order:
+        probs = softmax(op.inputs[0])
+        grad_logits += (grad_backprop - math_ops.reduce_sum(
+            grad_backprop * probs, -1, keepdims=True)) * probs
     if op.attrs["sparse"]:
         return [grad_logits, None]
     grad_labels = _expand_last(grad_loss) * -log_softmax(op.inputs[0])
-    return [grad_logits, grad_labels]
+    return [grad_logits, grad_labels - grad_backprop if second_order else grad_labels]
 
 
 def _expand_last(tensor):
