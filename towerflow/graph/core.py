@@ -395,6 +395,12 @@ class Graph:
                            f"operation '{op_name}' has {len(op.outputs)} output(s).")
         return op.outputs[int(index)]
 
+    def as_graph_def(self, from_version=None, add_shapes=False):
+        """This graph as TensorFlow's GraphDef protocol buffer (see
+        towerflow/api/graph_def.py): ``[n.name for n in g.as_graph_def().node]``."""
+        from ..api.graph_def import as_graph_def  # the proto layer builds on the graph
+        return as_graph_def(self, add_shapes=add_shapes)
+
     # -- collections -----------------------------------------------------------
 
     def add_to_collection(self, name, value):

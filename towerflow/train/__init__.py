@@ -38,6 +38,7 @@ from ..api.basic_session_run_hooks import (CheckpointSaverHook, CheckpointSaverL
 from ..api.monitored_session import (ChiefSessionCreator, MonitoredSession,
                                      MonitoredTrainingSession, Scaffold, WorkerSessionCreator)
 from ..api.file_writer import FileWriterCache as SummaryWriterCache
+from ..api.graph_io import write_graph
 
 __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptimizer",
            "ExponentialMovingAverage", "GradientDescentOptimizer", "MomentumOptimizer",
@@ -55,4 +56,4 @@ __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptim
            "NanLossDuringTrainingError", "NanTensorHook", "SecondOrStepTimer",
            "StepCounterHook", "StopAtStepHook", "SummarySaverHook", "ChiefSessionCreator",
            "MonitoredSession", "MonitoredTrainingSession", "Scaffold",
-           "WorkerSessionCreator", "SummaryWriterCache"]
+           "WorkerSessionCreator", "SummaryWriterCache", "write_graph"]
