@@ -66,6 +66,14 @@ LEFT_OUT = {
                     "(tests/test_debugging_ops.py)"),
     "assert_type": "a check of the static dtype only, a TypeError while building",
     "decode_raw": "takes string tensors (tests/test_queues.py, test_string_tensors.py)",
+    # Graph-level names (issue 34, item 6): tests/test_graph_names.py
+    **dict.fromkeys(("custom_gradient", "py_function"),
+                    "runs user functions (tests/test_graph_names.py)"),
+    **dict.fromkeys(("no_gradient", "NotDifferentiable", "import_graph_def",
+                     "tables_initializer"),
+                    "graph plumbing: registers a gradient, imports a GraphDef or groups "
+                    "initializers (tests/test_graph_names.py)"),
+    "identity_n": "returns its inputs unchanged (a tests/test_gradients.py case)",
 }
 
 

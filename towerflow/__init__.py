@@ -119,6 +119,11 @@ from tensorboard.compat.proto.meta_graph_pb2 import MetaGraphDef
 from tensorboard.compat.proto.node_def_pb2 import NodeDef
 from .api import graph_util
 from .api.graph_def import import_graph_def
+from .ops.gradient_ops import (NotDifferentiable, RegisterGradient, custom_gradient,
+                               identity_n, no_gradient)
+from .ops.script_ops import py_function
+from .api import lookup
+from .ops.lookup_ops import tables_initializer
 from .session import ConfigProto, GPUOptions, InteractiveSession, Session, get_default_session
 from .graph.core import get_default_graph as _get_default_graph
 

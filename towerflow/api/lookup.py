@@ -1,0 +1,13 @@
+"""``tf.lookup``: TF 1.15's static hash tables and their initializers (see
+towerflow/ops/lookup_ops.py). ``StaticVocabularyTable`` is missing: its
+out-of-vocabulary buckets are TF's Fingerprint64 hashes of the keys."""
+
+from ..ops.lookup_ops import (
+                              KeyValueTensorInitializer,
+                              StaticHashTable,
+                              TextFileIndex,
+                              TextFileInitializer,
+)
+
+__all__ = ["KeyValueTensorInitializer", "StaticHashTable", "TextFileIndex",
+           "TextFileInitializer"]
