@@ -511,3 +511,12 @@ def test_tables_initializer_without_tables_is_a_no_op():
     assert init.type == "NoOp" and init.name == "init_all_tables"
     with tf.Session() as sess:
         assert sess.run(init) is None
+
+
+def test_a_monitored_session_initializes_tables():
+    tf.reset_default_graph()
+    words, table = _words_table()
+    ids = table.lookup(tf.constant(["mat", "zebra"]))
+    with tf.train.MonitoredSession() as sess:
+        got = sess.run(ids)
+    np.testing.assert_array_equal(got, [10 * words.index("mat"), -1])
