@@ -98,7 +98,10 @@ def _attr_value(value):
     if field is None:
         return None
     name, encoded = field
-    return attr_value_pb2.AttrValue(**{name: encoded})
+    try:
+        return attr_value_pb2.AttrValue(**{name: encoded})
+    except (TypeError, ValueError):     # an int past int64
+        return None
 
 
 def _scalar_field(value):
@@ -136,7 +139,11 @@ def _list_attr(values):
         return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue())
     name = _LIST_FIELDS[fields[0][0]]
     encoded = [item for _, item in fields]
-    return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(**{name: encoded}))
+    try:
+        return attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+            **{name: encoded}))
+    except (TypeError, ValueError):     # an int past int64
+        return None
 
 
 # TF's DataType names where they are not DT_ and the dtype's name in capitals.
