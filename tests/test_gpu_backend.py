@@ -36,16 +36,18 @@ def test_every_numpy_kernel_has_a_cupy_kernel():
     from towerflow.backends import numpy_backend
     module = cupy_backend()
     from towerflow.backends.dataset_kernels import DATASET_HOST_KERNELS
+    from towerflow.backends.lookup_kernels import LOOKUP_HOST_KERNELS
     from towerflow.backends.queue_kernels import HOST_ONLY_KERNELS
     # MPI moves host arrays; tf.print writes to a Python stream (CPU only, as TF's);
     # summaries are built on the host, as in TensorFlow; tf.Print and tf.py_func
     # run Python on the host (test_debugging_ops.py)
     host_only = {"MpiAllReduce", "MpiBroadcast", "PrintV2", "Print", "PyFunc",
-                 "PyFuncStateless",
+                 "PyFuncStateless", "EagerPyFunc",
                  "ScalarSummary", "HistogramSummary", "ImageSummary", "TensorSummaryV2",
                  "MergeSummary"}
     host_only |= HOST_ONLY_KERNELS                   # queues, readers, strings: test_queues.py
     host_only |= DATASET_HOST_KERNELS                # tf.data iterators: test_dataset.py
+    host_only |= LOOKUP_HOST_KERNELS                 # tf.lookup tables: test_graph_names.py
     # a CPU-only fused chain (its gain is the CPU's cache): GPU plans keep
     # _MaxPoolGradRelu and FusedBatchNormGrad apart (test_gpu_fusion.py)
     host_only |= {"_MaxPoolGradReluBatchNormGrad"}

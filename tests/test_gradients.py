@@ -140,6 +140,8 @@ ARRAY = [
     grad_case("stack", lambda a, b: tf.stack([a, b], axis=1), floats(2, 3), floats(2, 3)),
     grad_case("unstack", lambda x: tf.unstack(x, axis=1), floats(2, 3, 2), unknown=()),
     grad_case("unstack_unused_outputs", lambda x: tf.unstack(x, 4)[2] * 3.0, floats(4, 2)),
+    grad_case("identity_n", lambda a, b: [t * 2.0 for t in tf.identity_n([a, b])],
+              floats(2, 3), floats(4)),
     grad_case("expand_dims", lambda x: tf.expand_dims(x, 1), floats(2, 3)),
     grad_case("squeeze", lambda x: tf.squeeze(x), floats(2, 1, 3, 1), unknown=()),
     grad_case("squeeze_axis", lambda x: tf.squeeze(x, [1]), floats(2, 1, 3, 1)),

@@ -73,6 +73,14 @@ LEFT_OUT = {
                     "numbers (tests/test_records.py)"),
     "hessians": "one gradient graph per element of x, of the ops fuzzed here: checked "
                 "against analytic Hessians in tests/test_second_order.py",
+    # Graph-level names (issue 34, item 6): tests/test_graph_names.py
+    **dict.fromkeys(("custom_gradient", "py_function"),
+                    "runs user functions (tests/test_graph_names.py)"),
+    **dict.fromkeys(("no_gradient", "NotDifferentiable", "import_graph_def",
+                     "tables_initializer"),
+                    "graph plumbing: registers a gradient, imports a GraphDef or groups "
+                    "initializers (tests/test_graph_names.py)"),
+    "identity_n": "returns its inputs unchanged (a tests/test_gradients.py case)",
 }
 
 

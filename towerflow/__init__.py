@@ -117,6 +117,19 @@ from .ops import second_order_grad as _second_order_grad  # noqa: F401  (gradien
 from .ops.control_flow_ops import case, cond, map_fn, switch_case, while_loop
 # -- TF1's deprecated casts, still in classic programs --
 from .ops.math_ops import to_double, to_float, to_int32, to_int64
+# -- graph-level names TF1 programs use: GraphDef protos, import_graph_def,
+# tf.graph_util, custom gradients, tf.lookup (issue 34) --
+from tensorboard.compat.proto.attr_value_pb2 import AttrValue, NameAttrList
+from tensorboard.compat.proto.graph_pb2 import GraphDef
+from tensorboard.compat.proto.meta_graph_pb2 import MetaGraphDef
+from tensorboard.compat.proto.node_def_pb2 import NodeDef
+from .api import graph_util
+from .api.graph_def import import_graph_def
+from .ops.gradient_ops import (NotDifferentiable, RegisterGradient, custom_gradient,
+                               identity_n, no_gradient)
+from .ops.script_ops import py_function
+from .api import lookup
+from .ops.lookup_ops import tables_initializer
 from .session import ConfigProto, GPUOptions, InteractiveSession, Session, get_default_session
 from .graph.core import get_default_graph as _get_default_graph
 

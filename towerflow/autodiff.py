@@ -148,21 +148,34 @@ def _backprop_op(graph, op, pending, between, xs, stopped):
                     for t in op.outputs]
     if all(grad is None for grad in output_grads):
         return
-    gradient_fn = op.op_def.gradient
-    if gradient_fn is None:
+    try:
+        gradient_fn = registry.gradient_of(op)
+    except LookupError:
         raise LookupError(f"No gradient defined for operation '{op.name}' (op type: "
-                          f"{op.type}); wrap its input in tf.stop_gradient if none is needed")
+                          f"{op.type}); wrap its input in tf.stop_gradient if none is "
+                          "needed") from None
+    # Only the op type's own gradient is known to return exact shapes.
+    exact = op.op_def.exact_gradients and gradient_fn is op.op_def.gradient
     with graph.name_scope(op.name + "_grad"), graph.colocate_with(op):
-        input_grads = list(gradient_fn(op, *_zeros_for_missing(op, output_grads)))
+        input_grads = _grads_as_list(gradient_fn(op, *_zeros_for_missing(op, output_grads)))
         if len(input_grads) != len(op.inputs):
-            raise ValueError(f"The gradient of {op.type} returned {len(input_grads)} "
-                             f"gradients for {len(op.inputs)} inputs")
+            raise ValueError(f"Num gradients {len(input_grads)} generated for op {op.name} "
+                             f"(op type: {op.type}) do not match num inputs "
+                             f"{len(op.inputs)}")
         for tensor, grad in zip(op.inputs, input_grads):
             if grad is None or not tensor.dtype.is_floating:
                 continue
             if tensor in xs or (tensor.op in between and tensor not in stopped):
                 pending.setdefault(tensor, []).append(
-                    grad if op.op_def.exact_gradients else _unbroadcast(grad, tensor))
+                    grad if exact else _unbroadcast(grad, tensor))
+
+
+def _grads_as_list(grads):
+    """A gradient function's result as a list: TF takes one tensor (or None)
+    from the gradient of a one-input op."""
+    if grads is None or isinstance(grads, core.Tensor):
+        return [grads]
+    return list(grads)
 
 
 def _zeros_for_missing(op, output_grads):

@@ -18,7 +18,7 @@ from .graph import core
 from .log import logger
 from .placement import Placer, log_lines
 from .plan import Plan
-from .session_fetch import FetchMapper, structure_key
+from .session_fetch import FetchMapper, flat_feed_dict, structure_key
 
 
 class GPUOptions:
@@ -115,7 +115,9 @@ class Session:
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         """Evaluate ``fetches`` (a tensor, op, variable, name, or any nesting of
-        lists, tuples, dicts of them) and return values in the same structure.
+        lists, tuples, namedtuples, dicts of them) and return values in the
+        same structure. A ``feed_dict`` key may be a nested tuple of tensors
+        (an ``LSTMStateTuple``), fed a value of the same structure.
 
         ``options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)`` with a
         ``run_metadata=tf.RunMetadata()`` traces the run: its op-by-op step
@@ -125,6 +127,8 @@ class Session:
         blocking op (a queue's dequeue or enqueue) waits in this run."""
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
+        if feed_dict:
+            feed_dict = flat_feed_dict(feed_dict)
         if run_metadata is not None and getattr(options, "trace_level", 0):
             with self._deadline(options), intra_op_threads(self._intra_op_threads):
                 return self._run_traced(fetches, feed_dict or {}, run_metadata)

@@ -1,9 +1,45 @@
-"""Fetch structures for ``Session.run``: flatten any nesting of lists,
-tuples, namedtuples and dicts of fetchable elements to a flat target list,
-and rebuild the same nesting from the flat values."""
+"""Fetch and feed structures for ``Session.run``: flatten any nesting of
+lists, tuples, namedtuples and dicts of fetchable elements to a flat target
+list, and rebuild the same nesting from the flat values; flatten feed_dict
+keys that are (nested) tuples of tensors, as TF 1.15's
+``nest.flatten_dict_items``."""
 
 from . import errors
 from .graph.core import Operation, Tensor
+from .ops import nest
+
+
+def flat_feed_dict(feed_dict):
+    """``feed_dict`` with each tuple key (an ``LSTMStateTuple`` of
+    placeholders, a tuple of them) paired leaf by leaf with its value, which
+    must have the same structure; ``feed_dict`` itself if no key is a tuple.
+
+    Example: ``{(c, h): (c_value, h_value)}`` -> ``{c: c_value, h: h_value}``.
+    """
+    if not isinstance(feed_dict, dict):
+        raise TypeError("input must be a dictionary")
+    for key in feed_dict:
+        if isinstance(key, tuple):
+            return _flatten_items(feed_dict)
+    return feed_dict
+
+
+def _flatten_items(feed_dict):
+    """TF 1.15's nest.flatten_dict_items, with its ValueErrors."""
+    flat = {}
+    for key, value in feed_dict.items():
+        keys, values = ([key], [value]) if not isinstance(key, tuple) else \
+            (nest.flatten(key), nest.flatten(value))
+        if len(keys) != len(values):
+            raise ValueError(f"Could not flatten dictionary. Key had {len(keys)} elements, "
+                             f"but value had {len(values)} elements. Key: {keys}, "
+                             f"value: {values}.")
+        for leaf_key, leaf_value in zip(keys, values):
+            if leaf_key in flat:
+                raise ValueError(f"Could not flatten dictionary: key {leaf_key} is not "
+                                 "unique.")
+            flat[leaf_key] = leaf_value
+    return flat
 
 
 def structure_key(fetches):

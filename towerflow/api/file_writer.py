@@ -18,15 +18,12 @@ import time
 from typing import ClassVar
 
 from tensorboard.compat.proto import (
-    attr_value_pb2,
     event_pb2,
     graph_pb2,
-    node_def_pb2,
     summary_pb2,
-    tensor_shape_pb2,
 )
 
-from ..graph.core import Graph, Tensor
+from ..graph.core import Graph
 
 
 class FileWriter:
@@ -187,33 +184,9 @@ class FileWriterCache:
 
 
 def graph_def_of(graph):
-    """``graph`` as a GraphDef protocol buffer: one NodeDef per op (name, type,
-    inputs as 'op', 'op:1' or '^op' for a control input, requested device,
-    ``_output_shapes``).
+    """``graph`` as a GraphDef protocol buffer, with each op's output shapes
+    (``_output_shapes``) for TensorBoard.
 
     Example: ``[node.name for node in graph_def_of(g).node]``.
     """
-    nodes = [node_def_pb2.NodeDef(name=op.name, op=op.type, device=op.device,
-                                  input=_input_names(op), attr=_attrs(op))
-             for op in graph.get_operations()]
-    return graph_pb2.GraphDef(node=nodes)
-
-
-def _input_names(op):
-    names = [tensor.op.name if tensor.value_index == 0 else tensor.name
-             for tensor in op.inputs if isinstance(tensor, Tensor)]
-    return names + [f"^{control.name}" for control in op.control_inputs]
-
-
-def _attrs(op):
-    shapes = [_shape_proto(tensor.shape) for tensor in op.outputs]
-    return {"_output_shapes": attr_value_pb2.AttrValue(
-        list=attr_value_pb2.AttrValue.ListValue(shape=shapes))}
-
-
-def _shape_proto(shape):
-    if shape.dims is None:
-        return tensor_shape_pb2.TensorShapeProto(unknown_rank=True)
-    return tensor_shape_pb2.TensorShapeProto(dim=[
-        tensor_shape_pb2.TensorShapeProto.Dim(size=-1 if size is None else size)
-        for size in shape.dims])
+    return graph.as_graph_def(add_shapes=True)

@@ -19,7 +19,7 @@ from .. import errors
 from ..graph import core
 from ..graph.core import GraphKeys
 from .tf_logging import _logger as logger  # tf.logging: quiet below WARN, as TF1
-from ..ops import state_ops
+from ..ops import array_ops, state_ops
 from ..session import Session
 from ..train.coordinator import Coordinator
 from ..train.queue_runner import start_queue_runners
@@ -45,10 +45,22 @@ def default_saver():
     return saver
 
 
+def _default_local_init_op(graph):
+    """TF's default: the local variables' initializer, grouped with every
+    lookup table's initializer (None when there is neither)."""
+    local = graph.get_collection(GraphKeys.LOCAL_VARIABLES)
+    local_init = state_ops.variables_initializer(local) if local else None
+    tables = graph.get_collection(GraphKeys.TABLE_INITIALIZERS)
+    if not tables:
+        return local_init
+    return array_ops.group(*([local_init] if local_init is not None else []), *tables)
+
+
 class Scaffold:
     """What a MonitoredSession builds its session from: ``init_op`` (default:
     every global variable's initializer), ``init_feed_dict``, ``init_fn(scaffold,
-    session)``, ``local_init_op``, ``summary_op`` (default: tf.summary.merge_all())
+    session)``, ``local_init_op`` (default: the local variables' and lookup
+    tables' initializers), ``summary_op`` (default: tf.summary.merge_all())
     and ``saver`` (default: the graph's, or a new Saver). ``ready_op`` and
     ``ready_for_local_init_op`` are accepted and unused.
 
@@ -76,8 +88,7 @@ class Scaffold:
         if self._init_op is None:
             self._init_op = state_ops.global_variables_initializer()
         if self._local_init_op is None:
-            local = core.get_default_graph().get_collection(GraphKeys.LOCAL_VARIABLES)
-            self._local_init_op = state_ops.variables_initializer(local) if local else None
+            self._local_init_op = _default_local_init_op(core.get_default_graph())
         if self._summary_op is None:
             self._summary_op = Scaffold.get_or_default("summary_op", GraphKeys.SUMMARY_OP,
                                                        summary.merge_all)

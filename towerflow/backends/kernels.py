@@ -99,6 +99,7 @@ def _source_kernels(xp):
 
     return {"Const": const, "Placeholder": placeholder, "Fill": fill,
             "PlaceholderWithDefault": _fixed(_identity), "Identity": _fixed(_identity),
+            "IdentityN": _fixed(lambda *values: list(values)),
             "ZerosLike": like(0), "OnesLike": like(1), "NoOp": _fixed(lambda: None)}
 
 

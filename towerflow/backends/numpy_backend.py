@@ -17,6 +17,7 @@ from .cpu_threads import cpu_pool
 from .dataset_kernels import build_dataset_kernels
 from .host_kernels import build_host_kernels
 from .kernels import build_kernels
+from .lookup_kernels import build_lookup_kernels
 from .native_batch_norm import cpu_batch_norm_kernels
 from .native_updates import CompiledUpdates
 from .queue_kernels import build_queue_kernels
@@ -62,7 +63,7 @@ _COMPUTE_KERNELS.update(batch_norm_relu_pool_kernels(_COMPUTE_KERNELS, CPU_POOL)
 _COMPUTE_KERNELS.update(pool_grad_batch_norm_grad_kernels(_COMPUTE_KERNELS, CPU_POOL))
 KERNELS = {**with_bfloat16({**_COMPUTE_KERNELS, **build_collective_kernels(),
                             **build_host_kernels(), **build_summary_kernels()}),
-           **build_queue_kernels(), **build_dataset_kernels()}
+           **build_queue_kernels(), **build_dataset_kernels(), **build_lookup_kernels()}
 registry.register_kernels("CPU", KERNELS)
 
 

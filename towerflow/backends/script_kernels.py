@@ -16,6 +16,7 @@ import traceback
 import numpy as np
 
 from .. import dtypes, errors
+from ..ops.constant_ops import to_numpy
 
 # TensorFlow's names for dtypes in its messages (DataTypeString).
 _TF_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half",
@@ -28,7 +29,51 @@ _ERROR_FOR_EXCEPTION = ((ValueError, errors.InvalidArgumentError),
 
 
 def build_script_kernels():
-    return {"PyFunc": _py_func_kernel, "PyFuncStateless": _py_func_kernel}
+    return {"PyFunc": _py_func_kernel, "PyFuncStateless": _py_func_kernel,
+            "EagerPyFunc": _eager_py_func_kernel}
+
+
+class EagerValue(np.ndarray):
+    """What ``tf.py_function``'s function gets for each input: the value as a
+    read-only NumPy array that also has TF's EagerTensor ``.numpy()``, so TF
+    code calling ``x.numpy()`` works (TF's other EagerTensor methods do not
+    exist here)."""
+
+    def numpy(self):
+        """The value as a plain ndarray (a bytes object for a string scalar)."""
+        array = self.view(np.ndarray)
+        return array.item() if array.dtype.kind == "O" and array.ndim == 0 else array
+
+
+def _eager_py_func_kernel(ctx):
+    func, token, op = ctx.attrs["func"], ctx.attrs["token"], ctx.op
+    out_dtypes = ctx.attrs["Tout"]
+
+    def call(*inputs):
+        try:
+            result = func(*[_read_only(value).view(EagerValue) for value in inputs])
+            values = _returned_values(result, len(out_dtypes), token, op)
+            return [to_numpy(value, dtype) for value, dtype in zip(values, out_dtypes)]
+        except errors.OpError:
+            raise
+        except Exception as err:    # the function's own error, as TensorFlow reports it
+            raise error_from_python(err, op) from err
+    return call
+
+
+def _returned_values(result, expected, token, op):
+    """``result`` as a list of ``expected`` values (a tuple or list holds
+    one per output; None is no output), else TF's InvalidArgumentError."""
+    if isinstance(result, EagerValue):
+        result = result.view(np.ndarray)
+    values = list(result) if isinstance(result, (tuple, list)) else \
+        [] if result is None else [result]
+    if len(values) != expected:
+        raise errors.InvalidArgumentError(
+            None, op, f"{token} returns {len(values)} values, but expects to see "
+            f"{expected} values.")
+    return [value.view(np.ndarray) if isinstance(value, EagerValue) else value
+            for value in values]
 
 
 def _py_func_kernel(ctx):

@@ -34,6 +34,7 @@ class GraphKeys:
     SUMMARIES = "summaries"
     SUMMARY_OP = "summary_op"
     SAVERS = "savers"
+    TABLE_INITIALIZERS = "table_initializer"
 
 
 class Tensor:
@@ -153,6 +154,7 @@ class Graph:
         self._colocation_stack = []
         self._collections = {}
         self._body_stack = []     # FunctionBody being traced (see function_body.py)
+        self._gradient_overrides = {}     # op type -> gradient name (gradient_override_map)
         self.seed = None
         self.tower_index = 0  # set while a data-parallel tower is built (random streams)
         self._lock = threading.Lock()
@@ -234,6 +236,25 @@ class Graph:
             self._colocation_stack.pop()
 
     @contextlib.contextmanager
+    def gradient_override_map(self, op_type_map):
+        """Ops of a type in ``op_type_map`` made inside take their gradient from
+        the function registered (tf.RegisterGradient) under the mapped name::
+
+            with g.gradient_override_map({"Sign": "Identity"}):
+                y = tf.sign(x)          # a straight-through estimator
+        """
+        if not isinstance(op_type_map, dict) or not all(
+                isinstance(key, str) and isinstance(value, str)
+                for key, value in op_type_map.items()):
+            raise TypeError("op_type_map must be a dictionary mapping strings to strings")
+        saved = self._gradient_overrides
+        self._gradient_overrides = {**saved, **op_type_map}
+        try:
+            yield
+        finally:
+            self._gradient_overrides = saved
+
+    @contextlib.contextmanager
     def function_body(self, body):
         """Make ops created inside members of ``body`` (a FunctionBody): outer
         inputs become captures, outer control dependencies do not apply."""
@@ -292,6 +313,8 @@ class Graph:
         if body is not None:
             inputs = [body.localize(tensor) for tensor in inputs]
         attrs = dict(attrs or {})
+        if op_type in self._gradient_overrides:
+            attrs["_gradient_op_type"] = self._gradient_overrides[op_type]
         # NOTE: a name ending in '/' is a scope name used verbatim (TensorFlow's
         # rule): a Variable named 'w' opens scope 'w/' and its storage op is 'w'.
         op_name = name[:-1] if name and name.endswith("/") else \
@@ -394,6 +417,12 @@ class Graph:
             raise KeyError(f"The name '{name}' refers to a Tensor which does not exist: "
                            f"operation '{op_name}' has {len(op.outputs)} output(s).")
         return op.outputs[int(index)]
+
+    def as_graph_def(self, from_version=None, add_shapes=False):
+        """This graph as TensorFlow's GraphDef protocol buffer (see
+        towerflow/api/graph_def.py): ``[n.name for n in g.as_graph_def().node]``."""
+        from ..api.graph_def import as_graph_def  # the proto layer builds on the graph
+        return as_graph_def(self, add_shapes=add_shapes)
 
     # -- collections -----------------------------------------------------------
 

@@ -101,6 +101,37 @@ def register_not_differentiable(*op_types):
         register_gradient(op_type, not_differentiable)
 
 
+# Gradients registered by name (tf.RegisterGradient, tf.no_gradient, custom
+# gradients): looked up by an op's type, or by the name a
+# Graph.gradient_override_map gave it (its ``_gradient_op_type`` attr).
+_NAMED_GRADIENTS = {}
+
+
+def register_named_gradient(name, gradient_fn, where):
+    """Register ``gradient_fn`` under ``name`` (``where``: the caller, for the
+    error); TF's KeyError if ``name`` has one already."""
+    previous = _NAMED_GRADIENTS.get(name)
+    if previous is None and name in _OP_DEFS and _OP_DEFS[name].gradient is not None:
+        previous = (None, f"towerflow's gradient of op type {name}")
+    if previous is not None:
+        raise KeyError(f"Registering two gradient with name '{name}'! (Previous "
+                       f"registration was in {previous[1]})")
+    _NAMED_GRADIENTS[name] = (gradient_fn, where)
+
+
+def gradient_of(op):
+    """The gradient function of ``op``: the one its ``_gradient_op_type`` names
+    (an override), else its type's; LookupError if there is none."""
+    name = op.attrs.get("_gradient_op_type", op.type)
+    named = _NAMED_GRADIENTS.get(name)
+    if named is not None:
+        return named[0]
+    op_def = _OP_DEFS.get(name)
+    if op_def is None or op_def.gradient is None:
+        raise LookupError(f"gradient registry has no entry for: {name}")
+    return op_def.gradient
+
+
 def get_op_def(op_type):
     try:
         return _OP_DEFS[op_type]

@@ -27,6 +27,10 @@ def _py_func_shape(inputs, attrs):
 register_op("PyFunc", _py_func_shape, stateful=True, variadic_outputs=True)
 register_op("PyFuncStateless", _py_func_shape, variadic_outputs=True)
 register_not_differentiable("PyFunc", "PyFuncStateless")
+# tf.py_function's op. NOTE: no gradient here, where TF 1.15 records the
+# function's eager ops on a tape and differentiates them.
+register_op("EagerPyFunc", _py_func_shape, stateful=True, variadic_outputs=True)
+register_not_differentiable("EagerPyFunc")
 
 
 def py_func(func, inp, Tout, stateful=True, name=None):
@@ -53,6 +57,30 @@ def py_func(func, inp, Tout, stateful=True, name=None):
     keep_on_host(op)
     if not is_list:
         return op.outputs[0]
+    return list(op.outputs) if op.outputs else op
+
+
+def py_function(func, inp, Tout, name=None):
+    """TF 2's ``tf.py_function`` in a graph: ``func`` gets each input as an
+    array with TF's EagerTensor ``.numpy()`` (towerflow has no eager
+    tensors: an ``ndarray`` subclass, see towerflow/backends/script_kernels.py)
+    and may return Python numbers or arrays, converted to ``Tout`` as
+    ``tf.convert_to_tensor`` would::
+
+        def count_words(line):
+            return len(line.numpy().split())
+        words = tf.py_function(count_words, [line], tf.int32)
+    """
+    if not callable(func):
+        raise TypeError(f"tf.py_function: func must be callable, got {func!r}")
+    is_list = isinstance(Tout, (list, tuple))
+    out_dtypes = tuple(dtypes.as_dtype(dtype) for dtype in (Tout if is_list else [Tout]))
+    inputs = [convert_to_tensor(value) for value in _as_input_list(inp)]
+    attrs = {"func": func, "token": f"pyfunc_{next(_TOKENS)}", "Tout": out_dtypes}
+    op = keep_on_host(core.get_default_graph().create_op(
+        "EagerPyFunc", inputs, attrs, name=name or "EagerPyFunc"))
+    if not is_list:
+        return op.outputs[0] if op.outputs else op
     return list(op.outputs) if op.outputs else op
 
 

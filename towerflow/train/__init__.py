@@ -42,6 +42,7 @@ from ..api.basic_session_run_hooks import (CheckpointSaverHook, CheckpointSaverL
 from ..api.monitored_session import (ChiefSessionCreator, MonitoredSession,
                                      MonitoredTrainingSession, Scaffold, WorkerSessionCreator)
 from ..api.file_writer import FileWriterCache as SummaryWriterCache
+from ..api.graph_io import write_graph
 
 __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptimizer",
            "ExponentialMovingAverage", "GradientDescentOptimizer", "MomentumOptimizer",
@@ -62,7 +63,7 @@ __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptim
            "NanLossDuringTrainingError", "NanTensorHook", "SecondOrStepTimer",
            "StepCounterHook", "StopAtStepHook", "SummarySaverHook", "ChiefSessionCreator",
            "MonitoredSession", "MonitoredTrainingSession", "Scaffold",
-           "WorkerSessionCreator", "SummaryWriterCache"]
+           "WorkerSessionCreator", "SummaryWriterCache", "write_graph"]
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
 from ..api import missing as _missing
