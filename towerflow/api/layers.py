@@ -33,11 +33,33 @@ from .conv_layers import (
     known,
 )
 
-__all__ = ["AveragePooling1D", "Conv1D", "MaxPooling1D", "average_pooling1d", "conv1d",
-           "max_pooling1d", "AveragePooling2D", "BatchNormalization", "Conv2D", "Conv2DTranspose", "Dense",
-           "Dropout", "Flatten", "Layer", "MaxPooling2D", "SeparableConv2D",
-           "average_pooling2d", "batch_normalization", "conv2d", "conv2d_transpose", "dense",
-           "dropout", "flatten", "max_pooling2d", "separable_conv2d"]
+__all__ = [
+    "AveragePooling1D",
+    "AveragePooling2D",
+    "BatchNormalization",
+    "Conv1D",
+    "Conv2D",
+    "Conv2DTranspose",
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "Layer",
+    "MaxPooling1D",
+    "MaxPooling2D",
+    "SeparableConv2D",
+    "average_pooling1d",
+    "average_pooling2d",
+    "batch_normalization",
+    "conv1d",
+    "conv2d",
+    "conv2d_transpose",
+    "dense",
+    "dropout",
+    "flatten",
+    "max_pooling1d",
+    "max_pooling2d",
+    "separable_conv2d",
+]
 
 
 # -- the classes -----------------------------------------------------------------------

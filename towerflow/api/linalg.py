@@ -15,9 +15,19 @@ LinearOperator classes.
 from ..ops import array_ops as _array_ops
 from ..ops import math_ops as _math_ops
 from ..ops.einsum_ops import einsum, tensordot
-from ..ops.linalg_ops import (cholesky, eye, matrix_band_part, matrix_determinant,
-                              matrix_diag, matrix_diag_part, matrix_inverse, matrix_solve,
-                              matrix_transpose, norm, trace)
+from ..ops.linalg_ops import (
+    cholesky,
+    eye,
+    matrix_band_part,
+    matrix_determinant,
+    matrix_diag,
+    matrix_diag_part,
+    matrix_inverse,
+    matrix_solve,
+    matrix_transpose,
+    norm,
+    trace,
+)
 from ..ops.linalg_ops import linalg_matmul as matmul
 from ..ops.logistic_ops import l2_normalize
 from .missing_names import not_implemented
@@ -65,13 +75,13 @@ def cholesky_solve(chol, rhs, name=None):
 
 
 # TF 1.15's tf.linalg names towerflow leaves out (the docstring lists them too).
-NOT_IMPLEMENTED = frozenset("""
-    cross eigh eigvalsh expm logm lstsq lu qr set_diag slogdet sqrtm svd tensor_diag
-    tensor_diag_part triangular_solve tridiagonal_matmul tridiagonal_solve LinearOperator
-    LinearOperatorAdjoint LinearOperatorBlockDiag LinearOperatorCirculant
-    LinearOperatorCirculant2D LinearOperatorCirculant3D LinearOperatorComposition
-    LinearOperatorDiag LinearOperatorFullMatrix LinearOperatorHouseholder
-    LinearOperatorIdentity LinearOperatorInversion LinearOperatorKronecker
-    LinearOperatorLowRankUpdate LinearOperatorLowerTriangular LinearOperatorScaledIdentity
-    LinearOperatorToeplitz LinearOperatorZeros""".split())
+NOT_IMPLEMENTED = frozenset([
+    "cross", "eigh", "eigvalsh", "expm", "logm", "lstsq", "lu", "qr", "set_diag", "slogdet",
+    "sqrtm", "svd", "tensor_diag", "tensor_diag_part", "triangular_solve", "tridiagonal_matmul",
+    "tridiagonal_solve", "LinearOperator", "LinearOperatorAdjoint", "LinearOperatorBlockDiag",
+    "LinearOperatorCirculant", "LinearOperatorCirculant2D", "LinearOperatorCirculant3D",
+    "LinearOperatorComposition", "LinearOperatorDiag", "LinearOperatorFullMatrix",
+    "LinearOperatorHouseholder", "LinearOperatorIdentity", "LinearOperatorInversion",
+    "LinearOperatorKronecker", "LinearOperatorLowRankUpdate", "LinearOperatorLowerTriangular",
+    "LinearOperatorScaledIdentity", "LinearOperatorToeplitz", "LinearOperatorZeros"])
 __getattr__ = not_implemented("tf.linalg", NOT_IMPLEMENTED)

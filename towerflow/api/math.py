@@ -19,20 +19,65 @@ unsorted_segment_min, unsorted_segment_prod, unsorted_segment_sqrt_n,
 unsorted_segment_sum, xdivy, xlogy, zeta.
 """
 
+from ..ops import math_ops as _math_ops
 from ..ops.activation_ops import softplus, softsign
 from ..ops.logistic_ops import l2_normalize
-from ..ops.math_ops import (abs, add, add_n, argmax, argmin, ceil, cos, divide,  # noqa: A004
-                            equal, exp, floor, floordiv, floormod, greater, greater_equal,
-                            is_finite, is_inf, is_nan, less, less_equal, log, log1p,
-                            logical_and, logical_not, logical_or, maximum, minimum, mod,
-                            multiply, negative, not_equal, pow, reciprocal, reduce_all,
-                            reduce_any, reduce_max, reduce_mean, reduce_min, reduce_prod,
-                            reduce_sum, round, rsqrt, sigmoid, sign, sin, sqrt, square,
-                            squared_difference, subtract, tanh, truediv)
+from ..ops.math_ops import (
+    abs,
+    add,
+    add_n,
+    argmax,
+    argmin,
+    ceil,
+    cos,
+    divide,
+    equal,
+    exp,
+    floor,
+    floordiv,
+    floormod,
+    greater,
+    greater_equal,
+    is_finite,
+    is_inf,
+    is_nan,
+    less,
+    less_equal,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    maximum,
+    minimum,
+    mod,
+    multiply,
+    negative,
+    not_equal,
+    pow,
+    reciprocal,
+    reduce_all,
+    reduce_any,
+    reduce_max,
+    reduce_mean,
+    reduce_min,
+    reduce_prod,
+    reduce_sum,
+    round,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    squared_difference,
+    subtract,
+    tanh,
+    truediv,
+)
 from ..ops.nn_ops import log_softmax, softmax
 from ..ops.scan_ops import cumprod, cumsum, reduce_logsumexp
 from ..ops.select_ops import in_top_k, top_k, zero_fraction
-from ..ops import math_ops as _math_ops
 from .missing_names import not_implemented
 
 __all__ = ["abs", "add", "add_n", "argmax", "argmin", "ceil", "cos", "cumprod", "cumsum",
@@ -66,13 +111,15 @@ def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
 
 
 # TF 1.15's tf.math names towerflow leaves out (the docstring lists them too).
-NOT_IMPLEMENTED = frozenset("""
-    accumulate_n acos acosh angle asin asinh atan atan2 atanh bessel_i0 bessel_i0e bessel_i1
-    bessel_i1e betainc bincount confusion_matrix conj cosh count_nonzero cumulative_logsumexp
-    digamma divide_no_nan erf erfc expm1 igamma igammac imag invert_permutation
-    is_non_decreasing is_strictly_increasing lbeta lgamma logical_xor multiply_no_nan
-    polygamma polyval real reciprocal_no_nan reduce_euclidean_norm rint scalar_mul
-    segment_max segment_mean segment_min segment_prod segment_sum sinh tan
-    unsorted_segment_max unsorted_segment_mean unsorted_segment_min unsorted_segment_prod
-    unsorted_segment_sqrt_n unsorted_segment_sum xdivy xlogy zeta""".split())
+NOT_IMPLEMENTED = frozenset([
+    "accumulate_n", "acos", "acosh", "angle", "asin", "asinh", "atan", "atan2", "atanh",
+    "bessel_i0", "bessel_i0e", "bessel_i1", "bessel_i1e", "betainc", "bincount",
+    "confusion_matrix", "conj", "cosh", "count_nonzero", "cumulative_logsumexp", "digamma",
+    "divide_no_nan", "erf", "erfc", "expm1", "igamma", "igammac", "imag", "invert_permutation",
+    "is_non_decreasing", "is_strictly_increasing", "lbeta", "lgamma", "logical_xor",
+    "multiply_no_nan", "polygamma", "polyval", "real", "reciprocal_no_nan",
+    "reduce_euclidean_norm", "rint", "scalar_mul", "segment_max", "segment_mean", "segment_min",
+    "segment_prod", "segment_sum", "sinh", "tan", "unsorted_segment_max", "unsorted_segment_mean",
+    "unsorted_segment_min", "unsorted_segment_prod", "unsorted_segment_sqrt_n",
+    "unsorted_segment_sum", "xdivy", "xlogy", "zeta"])
 __getattr__ = not_implemented("tf.math", NOT_IMPLEMENTED)

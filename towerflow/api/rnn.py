@@ -194,9 +194,9 @@ def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
             return array_ops_reverse(tensor, [time_axis])
         return reverse_sequence(tensor, lengths, seq_axis=time_axis, batch_axis=batch_axis)
 
-    common = dict(sequence_length=sequence_length, dtype=dtype,
-                  parallel_iterations=parallel_iterations, swap_memory=swap_memory,
-                  time_major=time_major)
+    common = {"sequence_length": sequence_length, "dtype": dtype,
+              "parallel_iterations": parallel_iterations, "swap_memory": swap_memory,
+              "time_major": time_major}
     with variable_scope.variable_scope(scope or "bidirectional_rnn"):
         output_fw, state_fw = dynamic_rnn(cell_fw, inputs, initial_state=initial_state_fw,
                                           scope="fw", **common)

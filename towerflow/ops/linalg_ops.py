@@ -101,7 +101,7 @@ def matrix_solve(matrix, rhs, adjoint=False, name=None):
     """x with matrix @ x = rhs (matrix^T @ x with ``adjoint``), rhs [..., n, k]:
     ``tf.linalg.solve(a, b)``."""
     matrix = convert_to_tensor(matrix, name="matrix")
-    rhs = convert_to_tensor(rhs, name="rhs")
+    rhs = convert_to_tensor(rhs, dtype=matrix.dtype, name="rhs")   # TF infers T from matrix
     return _create("MatrixSolve", [matrix, rhs], {"adjoint": bool(adjoint)}, name)
 
 
