@@ -72,6 +72,41 @@ def _relu(x):
     return np.where(np.isnan(x), x, np.maximum(x, 0)).astype(x.dtype)
 
 
+def _leaky_relu(x):
+    x = x.astype(np.float32) if x.dtype.kind == "i" else x     # TF 1.15 casts ints
+    return np.where(x > 0, x, x * x.dtype.type(0.2))
+
+
+def _relu6(x):
+    return np.minimum(np.maximum(x, 0), 6).astype(x.dtype)
+
+
+def _selu(x):
+    wide = x.astype(np.float64)
+    scale, alpha = 1.0507009873554805, 1.6732632423543772
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(wide > 0, scale * wide, scale * alpha * np.expm1(wide)).astype(x.dtype)
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x.astype(np.float64)).astype(x.dtype)
+
+
+def _softsign(x):
+    wide = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        return (wide / (1 + np.abs(wide))).astype(x.dtype)
+
+
+def _swish(x):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (x.astype(np.float64) * _sigmoid(x).astype(np.float64)).astype(x.dtype)
+
+
+def _log_sigmoid(x):
+    return (-np.logaddexp(0.0, -x.astype(np.float64))).astype(x.dtype)
+
+
 def _reciprocal(x):
     _integer_divisor(x, x)
     return np.reciprocal(x)
@@ -102,6 +137,13 @@ UNARY = [
     unary("nn.sigmoid", tf.nn.sigmoid, _sigmoid),
     unary("nn.relu", tf.nn.relu, _relu, SIGNED),
     unary("nn.elu", tf.nn.elu, _elu),
+    unary("nn.leaky_relu", tf.nn.leaky_relu, _leaky_relu, NUMERIC_DTYPES),
+    unary("nn.relu6", tf.nn.relu6, _relu6, SIGNED),
+    unary("nn.selu", tf.nn.selu, _selu),
+    unary("nn.softplus", tf.nn.softplus, _softplus),
+    unary("nn.softsign", tf.nn.softsign, _softsign),
+    unary("nn.swish", tf.nn.swish, _swish),
+    unary("log_sigmoid", tf.log_sigmoid, _log_sigmoid),
     unary("is_finite", tf.is_finite, np.isfinite),
     unary("is_nan", tf.is_nan, np.isnan),
     unary("is_inf", tf.is_inf, np.isinf),

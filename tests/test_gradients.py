@@ -417,9 +417,11 @@ def test_every_differentiable_op_type_has_a_gradient_check():
     import test_gradients_nn
     import test_image_ops
     import test_index_ops
+    import test_nn_names
     import test_second_order
     covered = built_op_types(CASES + test_gradients_nn.CASES + test_index_ops.GRAD_CASES +
                              test_second_order.CASES + test_second_order.WGAN_GP +
+                             test_nn_names.GRAD_CASES +
                              test_image_ops.GRAD_CASES + test_array_ops_gradients.GRAD_CASES +
                              test_debugging_ops.GRAD_CASES +
                              test_conv_transpose_depthwise.GRAD_CASES +

@@ -130,6 +130,16 @@ from .ops.gradient_ops import (NotDifferentiable, RegisterGradient, custom_gradi
 from .ops.script_ops import py_function
 from .api import lookup
 from .ops.lookup_ops import tables_initializer
+# -- TF 1.15's einsum, tensordot, linspace, meshgrid, reverse_sequence, the
+# matrix ops and the tf.math / tf.linalg namespaces (issue 34) --
+from .api import linalg, math
+from .ops.einsum_ops import einsum, tensordot
+from .ops.linalg_ops import (cholesky, eye, matrix_band_part, matrix_determinant,
+                             matrix_diag, matrix_diag_part, matrix_inverse, matrix_solve,
+                             matrix_transpose, norm, trace)
+from .ops.sequence_ops import lin_space, linspace, meshgrid, reverse_sequence
+from .api.linalg import cholesky_solve
+from .api.math import log_sigmoid
 from .session import ConfigProto, GPUOptions, InteractiveSession, Session, get_default_session
 from .graph.core import get_default_graph as _get_default_graph
 

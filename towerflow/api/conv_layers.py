@@ -6,7 +6,7 @@ with TF 1.15's arguments and variable names::
     y = up(conv(images))              # conv2d/kernel, conv2d_transpose/kernel, ...
 """
 
-from ..ops import conv_ops, depthwise_conv_ops, init_ops, math_ops, nn_ops
+from ..ops import conv1d_ops, conv_ops, depthwise_conv_ops, init_ops, math_ops, nn_ops
 from .base_layer import Layer
 
 
@@ -88,6 +88,51 @@ class Conv2D(_Conv):
         y = conv_ops.conv2d(x, math_ops.cast_if_needed(self.kernel, self.compute_dtype),
                             [1, *self.strides, 1], self.padding)
         return self._finish(y)
+
+
+class Conv1D(_Conv):
+    """1-D convolution over [batch, width, channels]: kernel [k, in_channels,
+    filters] (``conv1d/kernel``), run as ``tf.nn.conv1d``::
+
+        y = tf.layers.Conv1D(32, 5, padding='same', activation=tf.nn.leaky_relu)(seqs)
+    """
+
+    _base_name = "conv1d"
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid",
+                 data_format="channels_last", dilation_rate=1, activation=None,
+                 use_bias=True, kernel_initializer=None, bias_initializer=None,
+                 kernel_regularizer=None, bias_regularizer=None, trainable=True, name=None,
+                 **kwargs):
+        super().__init__(filters, 1, 1, padding, data_format, activation, use_bias,
+                         kernel_initializer, bias_initializer, kernel_regularizer,
+                         bias_regularizer, trainable, name, **kwargs)
+        self.kernel_size = (single(kernel_size, "kernel_size"),)
+        self.strides = (single(strides, "strides"),)
+        self.dilation_rate = single(dilation_rate, "dilation_rate")
+        if self.dilation_rate != 1 and self.strides != (1,):
+            raise ValueError("strides > 1 not supported in conjunction with dilation_rate > 1")
+
+    def build(self, input_shape):
+        shape = [*self.kernel_size, self._in_channels(input_shape), self.filters]
+        self.kernel = self.add_weight("kernel", shape, self.variable_dtype,
+                                      self.kernel_initializer, self.kernel_regularizer)
+        self._add_bias()
+
+    def call(self, inputs):
+        x = math_ops.cast_if_needed(inputs, self.compute_dtype)
+        y = conv1d_ops.conv1d(x, math_ops.cast_if_needed(self.kernel, self.compute_dtype),
+                              self.strides[0], self.padding, dilations=self.dilation_rate)
+        return self._finish(y)
+
+
+def single(value, what):
+    """An int or a 1-tuple as an int: ``kernel_size=(3,)`` -> 3."""
+    values = (value,) if isinstance(value, int) else tuple(value)
+    if len(values) != 1:
+        raise ValueError(f"The `{what}` argument must be a tuple of 1 integers. "
+                         f"Received: {value!r}")
+    return int(values[0])
 
 
 def transposed_size(size, window, stride, padding):
@@ -195,4 +240,38 @@ class AveragePooling2D(_Pooling2D):
     """``tf.layers.AveragePooling2D(2, 2)(x)``: the mean over 2x2 windows, stride 2."""
 
     _base_name = "average_pooling2d"
+    _pool = staticmethod(conv_ops.avg_pool)
+
+
+class _Pooling1D(Layer):
+    """Pooling over the width of [batch, width, channels] (``channels_first``:
+    [batch, channels, width]), as TF 1.15's Pooling1D."""
+
+    def __init__(self, pool_size, strides, padding="valid", data_format="channels_last",
+                 name=None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        if data_format not in ("channels_last", "channels_first"):
+            raise ValueError("The `data_format` argument must be one of \"channels_first\", "
+                             f"\"channels_last\". Received: {data_format}")
+        self.channels_first = data_format == "channels_first"
+        self.pool_size, self.strides = single(pool_size, "pool_size"), single(strides,
+                                                                               "strides")
+        self.padding = _padding(padding, type(self).__name__)
+
+    def call(self, inputs):
+        return conv1d_ops.pool1d(self._pool, inputs, self.pool_size, self.strides,
+                                 self.padding, self.channels_first)
+
+
+class MaxPooling1D(_Pooling1D):
+    """``tf.layers.MaxPooling1D(2, 2)(x)``: the max over windows of 2, stride 2."""
+
+    _base_name = "max_pooling1d"
+    _pool = staticmethod(conv_ops.max_pool)
+
+
+class AveragePooling1D(_Pooling1D):
+    """``tf.layers.AveragePooling1D(2, 2)(x)``: the mean over windows of 2, stride 2."""
+
+    _base_name = "average_pooling1d"
     _pool = staticmethod(conv_ops.avg_pool)

@@ -22,18 +22,44 @@ from ..graph.core import GraphKeys, Tensor
 from ..ops import array_ops, init_ops, math_ops, nn_ops, norm_ops
 from .base_layer import Layer
 from .conv_layers import (
+    AveragePooling1D,
     AveragePooling2D,
+    Conv1D,
     Conv2D,
     Conv2DTranspose,
+    MaxPooling1D,
     MaxPooling2D,
     SeparableConv2D,
     known,
 )
 
-__all__ = ["AveragePooling2D", "BatchNormalization", "Conv2D", "Conv2DTranspose", "Dense",
-           "Dropout", "Flatten", "Layer", "MaxPooling2D", "SeparableConv2D",
-           "average_pooling2d", "batch_normalization", "conv2d", "conv2d_transpose", "dense",
-           "dropout", "flatten", "max_pooling2d", "separable_conv2d"]
+__all__ = [
+    "AveragePooling1D",
+    "AveragePooling2D",
+    "BatchNormalization",
+    "Conv1D",
+    "Conv2D",
+    "Conv2DTranspose",
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "Layer",
+    "MaxPooling1D",
+    "MaxPooling2D",
+    "SeparableConv2D",
+    "average_pooling1d",
+    "average_pooling2d",
+    "batch_normalization",
+    "conv1d",
+    "conv2d",
+    "conv2d_transpose",
+    "dense",
+    "dropout",
+    "flatten",
+    "max_pooling1d",
+    "max_pooling2d",
+    "separable_conv2d",
+]
 
 
 # -- the classes -----------------------------------------------------------------------
@@ -208,6 +234,33 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     return _functional(Dense, inputs, units, activation, use_bias, kernel_initializer,
                        bias_initializer, kernel_regularizer, bias_regularizer, trainable,
                        name=name, reuse=reuse)
+
+
+def conv1d(inputs, filters, kernel_size, strides=1, padding="valid",
+           data_format="channels_last", dilation_rate=1, activation=None, use_bias=True,
+           kernel_initializer=None, bias_initializer=None, kernel_regularizer=None,
+           bias_regularizer=None, trainable=True, name=None, reuse=None):
+    """A 1-D convolution layer over [batch, width, channels]: ``tf.layers.conv1d(x,
+    32, 5, padding='same')``; variables ``conv1d/kernel`` [k, in, filters] and
+    ``conv1d/bias`` (scoped as in ``dense``)."""
+    return _functional(Conv1D, inputs, filters, kernel_size, strides, padding, data_format,
+                       dilation_rate, activation, use_bias, kernel_initializer,
+                       bias_initializer, kernel_regularizer, bias_regularizer, trainable,
+                       name=name, reuse=reuse)
+
+
+def max_pooling1d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
+                  name=None):
+    """``tf.layers.max_pooling1d(x, 2, 2)`` over [batch, width, channels]."""
+    return _functional(MaxPooling1D, inputs, pool_size, strides, padding, data_format,
+                       name=name)
+
+
+def average_pooling1d(inputs, pool_size, strides, padding="valid",
+                      data_format="channels_last", name=None):
+    """``tf.layers.average_pooling1d(x, 2, 2)`` over [batch, width, channels]."""
+    return _functional(AveragePooling1D, inputs, pool_size, strides, padding, data_format,
+                       name=name)
 
 
 def conv2d(inputs, filters, kernel_size, strides=(1, 1), padding="valid",

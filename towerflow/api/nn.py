@@ -18,6 +18,13 @@ from ..ops.logistic_ops import (l2_normalize, sigmoid_cross_entropy_with_logits,
 # Recurrent networks: tf.nn.rnn_cell, static_rnn, dynamic_rnn (issue 16)
 from . import rnn_cell  # noqa: F401
 from .rnn import dynamic_rnn, static_rnn  # noqa: F401
+# TF 1.15's other activations, 1-D and atrous convolutions, moments and the
+# bidirectional RNN (issue 34)
+from ..ops.activation_ops import leaky_relu, relu6, selu, softplus, softsign, swish  # noqa: F401
+from ..ops.conv1d_ops import atrous_conv2d, conv1d  # noqa: F401
+from ..ops.nn_ops import xw_plus_b  # noqa: F401
+from ..ops.norm_ops import weighted_moments  # noqa: F401
+from .rnn import bidirectional_dynamic_rnn  # noqa: F401
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
 from . import missing as _missing

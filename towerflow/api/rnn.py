@@ -1,6 +1,7 @@
 """``tf.nn.static_rnn`` (the cell unrolled in Python, one copy of its ops per
 step) and ``tf.nn.dynamic_rnn`` (the cell's step built once, run T times by
-``tf.while_loop``), with TF 1.15's semantics::
+``tf.while_loop``) and ``tf.nn.bidirectional_dynamic_rnn`` (two of those,
+the second over the sequences reversed), with TF 1.15's semantics::
 
     cell = tf.nn.rnn_cell.BasicLSTMCell(64)
     outputs, state = tf.nn.dynamic_rnn(cell, inputs, sequence_length=lengths,
@@ -16,6 +17,8 @@ a TensorArray).
 from .. import dtypes
 from ..ops import array_ops, math_ops, nest, variable_scope
 from ..ops.constant_ops import constant, convert_to_tensor, zeros, zeros_like
+from ..ops.index_ops import reverse as array_ops_reverse
+from ..ops.sequence_ops import reverse_sequence
 from ..ops.slice_ops import write_step_row
 from .rnn_cell_impl import zeros_rows
 
@@ -49,11 +52,11 @@ def _copy_past_length(time, lengths, zero_output, state, output, new_state):
     return output, new_state
 
 
-def _check_cell(cell):
+def _check_cell(cell, cell_name="cell"):
     missing = [part for part in ("output_size", "state_size", "zero_state")
                if not hasattr(cell, part)] + ([] if callable(cell) else ["__call__"])
     if missing:
-        raise TypeError(f"The argument 'cell' ({cell!r}) is not an RNNCell: "
+        raise TypeError(f"The argument '{cell_name}' ({cell!r}) is not an RNNCell: "
                         f"{', '.join(missing)} missing.")
 
 
@@ -163,3 +166,41 @@ def _zero_outputs(inputs, output_size, state):
     column = math_ops.cast(zeros_like(inputs[:, :, :1]), dtype)
     return column + zeros_rows(1, output_size, dtype)[0]
 
+
+
+def bidirectional_dynamic_rnn(cell_fw, cell_bw, inputs, sequence_length=None,
+                              initial_state_fw=None, initial_state_bw=None, dtype=None,
+                              parallel_iterations=None, swap_memory=False, time_major=False,
+                              scope=None):
+    """Two dynamic_rnn passes, as TF 1.15: ``cell_fw`` over ``inputs`` (variables
+    under ``bidirectional_rnn/fw/``) and ``cell_bw`` over each sequence
+    reversed within its length (``tf.reverse_sequence``; the whole time axis
+    without ``sequence_length``), its outputs reversed back. Returns
+    ``((output_fw, output_bw), (state_fw, state_bw))``::
+
+        (fw, bw), _ = tf.nn.bidirectional_dynamic_rnn(
+            tf.nn.rnn_cell.GRUCell(32), tf.nn.rnn_cell.GRUCell(32), x,
+            sequence_length=lengths, dtype=tf.float32)
+        both = tf.concat([fw, bw], axis=2)
+    """
+    _check_cell(cell_fw, "cell_fw")
+    _check_cell(cell_bw, "cell_bw")
+    time_axis, batch_axis = (0, 1) if time_major else (1, 0)
+    lengths = None if sequence_length is None else math_ops.cast(
+        convert_to_tensor(sequence_length), dtypes.int32)
+
+    def reverse(tensor):
+        if lengths is None:
+            return array_ops_reverse(tensor, [time_axis])
+        return reverse_sequence(tensor, lengths, seq_axis=time_axis, batch_axis=batch_axis)
+
+    common = {"sequence_length": sequence_length, "dtype": dtype,
+              "parallel_iterations": parallel_iterations, "swap_memory": swap_memory,
+              "time_major": time_major}
+    with variable_scope.variable_scope(scope or "bidirectional_rnn"):
+        output_fw, state_fw = dynamic_rnn(cell_fw, inputs, initial_state=initial_state_fw,
+                                          scope="fw", **common)
+        reversed_inputs = nest.map_structure(reverse, inputs)
+        output_bw, state_bw = dynamic_rnn(cell_bw, reversed_inputs,
+                                          initial_state=initial_state_bw, scope="bw", **common)
+    return (output_fw, reverse(output_bw)), (state_fw, state_bw)

@@ -31,12 +31,67 @@ def build_activation_kernels(xp, parallel=SERIAL):
         "Gelu": lambda ctx: _gelu(xp, ctx.attrs["approximate"], ctx.output_dtypes[0]),
         "GeluGrad": lambda ctx: _gelu_grad(xp, ctx.attrs["approximate"],
                                            ctx.output_dtypes[0]),
+        **build_more_activations(xp),
         "Softmax": lambda ctx: _softmax(xp, ctx.attrs["axis"]),
         "LogSoftmax": lambda ctx: _log_softmax(xp, ctx.attrs["axis"]),
         "BiasAdd": fixed(split.bias_add), "BiasAddGrad": fixed(split.bias_add_grad),
         "Dropout": lambda ctx: _dropout(xp, ctx),
         "Multinomial": lambda ctx: _multinomial(xp, ctx),
     }
+
+
+def build_more_activations(xp):
+    """leaky_relu, relu6, selu, softplus, softsign and their gradients, as
+    TF 1.15's kernels compute them (nn_ops.cc, softplus_op.h, softsign_op.h);
+    each gradient takes (grad, x) or (grad, y) as its op's gradient function
+    passes (towerflow/ops/activation_ops.py)."""
+    from ..ops.activation_ops import SELU_ALPHA, SELU_SCALE
+
+    def fixed(fn):
+        return lambda ctx: fn
+
+    def leaky(ctx):
+        alpha = ctx.attrs["alpha"]
+        return lambda x: xp.where(x > 0, x, x * x.dtype.type(alpha))
+
+    def leaky_grad(ctx):
+        alpha = ctx.attrs["alpha"]
+        return lambda grad, x: xp.where(x > 0, grad, grad * grad.dtype.type(alpha))
+
+    def selu(x):
+        scale, scale_alpha = x.dtype.type(SELU_SCALE), x.dtype.type(SELU_SCALE * SELU_ALPHA)
+        return xp.where(x < 0, scale_alpha * xp.expm1(xp.minimum(x, 0)), scale * x)
+
+    def selu_grad(grad, y):
+        scale, scale_alpha = y.dtype.type(SELU_SCALE), y.dtype.type(SELU_SCALE * SELU_ALPHA)
+        return xp.where(y < 0, grad * (y + scale_alpha), grad * scale)
+
+    return {
+        "LeakyRelu": leaky, "LeakyReluGrad": leaky_grad,
+        "Relu6": fixed(lambda x: xp.minimum(xp.maximum(x, 0), 6).astype(x.dtype, copy=False)),
+        "Relu6Grad": fixed(lambda grad, y: grad * ((y > 0) & (y < 6))),
+        "Selu": fixed(selu), "SeluGrad": fixed(selu_grad),
+        "Softplus": fixed(lambda x: _softplus(xp, x)),
+        "SoftplusGrad": fixed(lambda grad, x: _softplus_grad(xp, grad, x)),
+        "Softsign": fixed(lambda x: x / (xp.abs(x) + 1)),
+        "SoftsignGrad": fixed(lambda grad, x: grad / xp.square(xp.abs(x) + 1)),
+    }
+
+
+def _softplus(xp, x):
+    """TF's three ranges: x itself above -threshold, exp(x) below threshold,
+    log1p(exp(x)) between (threshold = log(epsilon) + 2)."""
+    threshold = np.log(np.finfo(x.dtype).eps) + 2
+    with np.errstate(over="ignore"):
+        exps = xp.exp(x)
+        middle = xp.log1p(exps)
+    return xp.where(x > -threshold, x, xp.where(x < threshold, exps, middle)).astype(
+        x.dtype, copy=False)
+
+
+def _softplus_grad(xp, grad, x):
+    with np.errstate(over="ignore"):    # exp(-x) = inf: a gradient of 0, as TF's
+        return grad / (xp.exp(-x) + 1)
 
 
 # Below this many elements the kernels below take NumPy's plain one-call path:

@@ -1,7 +1,8 @@
 """Image resizing kernels (towerflow/ops/image_ops.py), written once against
-``xp``: TensorFlow 1's bilinear and nearest-neighbour resizes without
-align_corners or half-pixel centres (output pixel i reads input position
-i * in_size / out_size).
+``xp``: TensorFlow 1's bilinear and nearest-neighbour resizes (output pixel
+i reads input position i * in_size / out_size; with align_corners
+i * (in_size - 1) / (out_size - 1); with half-pixel centres
+(i + 0.5) * in_size / out_size, less 0.5 for bilinear).
 
 A resize is separable: out = R @ image @ C^T per channel, with R and C
 small interpolation matrices (out_size x in_size), so the forward pass is
@@ -21,32 +22,59 @@ def build_image_kernels(xp):
             "ResizeNearestNeighborGrad": functools.partial(_resize_grad, xp, _nearest_matrix)}
 
 
-def _source_positions(xp, in_size, out_size):
-    """Where each output pixel reads, in float32 as TensorFlow computes it."""
-    scale = np.float32(in_size / out_size)
-    return xp.arange(out_size, dtype=np.float32) * scale
+# How output pixels map onto input positions: (align_corners, half_pixel_centers).
+LEGACY = (False, False)
 
 
-def _bilinear_matrix(xp, in_size, out_size, dtype):
+def _scale(in_size, out_size, align_corners):
+    """TF's CalculateResizeScale, in float32."""
+    if align_corners and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def _source_positions(xp, in_size, out_size, mode=LEGACY, nearest=False):
+    """Where each output pixel reads, in float32 as TensorFlow computes it:
+    i * scale, or (i + 0.5) * scale (- 0.5 for bilinear) with half-pixel
+    centres (TF's LegacyScaler, HalfPixelScaler(ForNN))."""
+    align_corners, half_pixel = mode
+    scale = _scale(in_size, out_size, align_corners)
+    pixels = xp.arange(out_size, dtype=np.float32)
+    if not half_pixel:
+        return pixels * scale
+    centres = (pixels + np.float32(0.5)) * scale
+    return centres if nearest else centres - np.float32(0.5)
+
+
+def _bilinear_matrix(xp, in_size, out_size, dtype, mode=LEGACY):
     """[out_size, in_size]: weight 1 - f on the pixel below each position and
-    f on the one above (the same pixel at the last row: weights add to 1)."""
-    position = _source_positions(xp, in_size, out_size)
-    below = xp.floor(position)
-    fraction = (position - below).astype(dtype).reshape(-1, 1)
-    below = below.astype(np.int64).reshape(-1, 1)
-    above = xp.minimum(below + 1, in_size - 1)
+    f on the one above (the same pixel at the last row: weights add to 1);
+    positions below 0 (half-pixel centres) read pixel 0, as TF's kernel."""
+    position = _source_positions(xp, in_size, out_size, mode)
+    floor = xp.floor(position)
+    fraction = (position - floor).astype(dtype).reshape(-1, 1)
+    below = xp.maximum(floor, 0).astype(np.int64).reshape(-1, 1)
+    above = xp.minimum(xp.ceil(position).astype(np.int64).reshape(-1, 1), in_size - 1)
     pixels = xp.arange(in_size).reshape(1, -1)
     return (below == pixels) * (1 - fraction) + (above == pixels) * fraction
 
 
-def _nearest_pixels(xp, in_size, out_size):
-    position = _source_positions(xp, in_size, out_size)
-    return xp.minimum(xp.floor(position).astype(np.int64), in_size - 1)
+def _nearest_pixels(xp, in_size, out_size, mode=LEGACY):
+    """TF's nearest pixel: the position rounded (half away from zero) with
+    align_corners, else its floor; within [0, in_size - 1]."""
+    position = _source_positions(xp, in_size, out_size, mode, nearest=True)
+    picked = xp.floor(position + np.float32(0.5)) if mode[0] else xp.floor(position)
+    return xp.clip(picked.astype(np.int64), 0, in_size - 1)
 
 
-def _nearest_matrix(xp, in_size, out_size, dtype):
+def _nearest_matrix(xp, in_size, out_size, dtype, mode=LEGACY):
     pixels = xp.arange(in_size).reshape(1, -1)
-    return (_nearest_pixels(xp, in_size, out_size).reshape(-1, 1) == pixels).astype(dtype)
+    return (_nearest_pixels(xp, in_size, out_size, mode).reshape(-1, 1) ==
+            pixels).astype(dtype)
+
+
+def _mode(ctx):
+    return (ctx.attrs.get("align_corners", False), ctx.attrs.get("half_pixel_centers", False))
 
 
 def _cached(make):
@@ -64,34 +92,35 @@ def _separable(xp, images, rows, columns):
 
 def _resize_bilinear(xp, ctx):
     out_height, out_width = ctx.attrs["size"]
-    matrix = _cached(_bilinear_matrix)
+    matrix, mode = _cached(_bilinear_matrix), _mode(ctx)
 
     def resize(images):
         height, width = images.shape[1:3]
         floats = images.astype(np.float32, copy=False)
-        return _separable(xp, floats, matrix(xp, height, out_height, np.float32),
-                          matrix(xp, width, out_width, np.float32))
+        return _separable(xp, floats, matrix(xp, height, out_height, np.float32, mode),
+                          matrix(xp, width, out_width, np.float32, mode))
     return resize
 
 
 def _resize_nearest(xp, ctx):
     out_height, out_width = ctx.attrs["size"]
+    mode = _mode(ctx)
 
     def resize(images):
         height, width = images.shape[1:3]
-        rows = xp.take(images, _nearest_pixels(xp, height, out_height), axis=1)
-        return xp.take(rows, _nearest_pixels(xp, width, out_width), axis=2)
+        rows = xp.take(images, _nearest_pixels(xp, height, out_height, mode), axis=1)
+        return xp.take(rows, _nearest_pixels(xp, width, out_width, mode), axis=2)
     return resize
 
 
 def _resize_grad(xp, make_matrix, ctx):
     """(grad, images) -> the images' gradient: the resize's transpose."""
-    matrix = _cached(make_matrix)
+    matrix, mode = _cached(make_matrix), _mode(ctx)
     dtype = ctx.output_dtypes[0]
 
     def resize_grad(grad, images):
         (height, width), (out_height, out_width) = images.shape[1:3], grad.shape[1:3]
-        rows = matrix(xp, height, out_height, grad.dtype).T
-        columns = matrix(xp, width, out_width, grad.dtype).T
+        rows = matrix(xp, height, out_height, grad.dtype, mode).T
+        columns = matrix(xp, width, out_width, grad.dtype, mode).T
         return _separable(xp, grad, rows, columns).astype(dtype, copy=False)
     return resize_grad

@@ -24,6 +24,7 @@ from .depthwise_kernels import build_depthwise_kernels
 from .gradient_kernels import build_gradient_kernels
 from .image_kernels import build_image_kernels
 from .index_kernels import build_index_kernels
+from .linalg_kernels import build_linalg_kernels
 from .lrn_kernels import build_lrn_kernels
 from .nn_kernels import build_nn_kernels
 from .parallel_kernels import build_parallel_kernels
@@ -52,6 +53,7 @@ def build_kernels(xp, parallel=SERIAL, fused_updates=None):
     table.update(build_index_kernels(xp))
     table.update(build_image_kernels(xp))
     table.update(build_lrn_kernels(xp))
+    table.update(build_linalg_kernels(xp))    # einsum, linalg, reverse_sequence
     table.update(build_scatter_kernels(xp))    # gather_nd, scatter_nd, pad, tile
     table.update(build_sort_kernels(xp))       # sort, unique, boolean_mask, cumsum
     table.update(build_debugging_kernels(xp))

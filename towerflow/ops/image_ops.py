@@ -71,8 +71,9 @@ register_op("ResizeNearestNeighborGrad", _resize_grad_shape, shape_only_inputs=(
 
 def resize_images(images, size, method=ResizeMethod.BILINEAR, align_corners=False,
                   preserve_aspect_ratio=False, name=None):
-    """Resize to ``size`` = [new_height, new_width], as TF1 does without
-    align_corners: output pixel i reads input position i * in / out::
+    """Resize to ``size`` = [new_height, new_width], as TF1 does: output pixel
+    i reads input position i * in / out (with ``align_corners``,
+    i * (in - 1) / (out - 1))::
 
         small = tf.image.resize_images(images, [24, 24])    # float32
         big = tf.image.resize_images(img, [64, 64], tf.image.ResizeMethod.NEAREST_NEIGHBOR)
@@ -85,18 +86,55 @@ def resize_images(images, size, method=ResizeMethod.BILINEAR, align_corners=Fals
     if method not in _RESIZE_OPS:
         raise ValueError(f"resize_images supports ResizeMethod.BILINEAR (0) and "
                          f"NEAREST_NEIGHBOR (1), got method {method!r}")
-    if align_corners or preserve_aspect_ratio:
-        raise ValueError("resize_images supports align_corners=False and "
-                         "preserve_aspect_ratio=False only")
+    if preserve_aspect_ratio:
+        raise ValueError("resize_images supports preserve_aspect_ratio=False only")
     if tuple(images.shape.dims[-3:-1]) == size:
         return images
     batch = images if images.shape.ndims == 4 else expand_dims(images, 0)
-    attrs = {"size": size}
+    attrs = {"size": size, "align_corners": bool(align_corners)}
     if method == ResizeMethod.BILINEAR:
         attrs["output_dtype"] = dtypes.float32
     resized = batch.graph.create_op(_RESIZE_OPS[method], [batch], attrs,
                                     name=name or "resize_images").outputs[0]
     return resized if images.shape.ndims == 4 else squeeze(resized, [0])
+
+
+def resize_bilinear(images, size, align_corners=False, name=None, half_pixel_centers=False):
+    """TF 1.15's ResizeBilinear op on [batch, height, width, channels] images:
+    a float32 result of ``size`` = [new_height, new_width]; ``align_corners``
+    maps the corner pixels onto each other, ``half_pixel_centers`` samples
+    at pixel centres (TF 2's resize)::
+
+        big = tf.image.resize_bilinear(images, [64, 64], align_corners=True)
+    """
+    return _resize_op("ResizeBilinear", images, size, align_corners, half_pixel_centers,
+                      name or "ResizeBilinear")
+
+
+def resize_nearest_neighbor(images, size, align_corners=False, name=None,
+                            half_pixel_centers=False):
+    """TF 1.15's ResizeNearestNeighbor op: each output pixel the input pixel
+    nearest its position (rounded with ``align_corners``, else floored); the
+    dtype is kept: ``tf.image.resize_nearest_neighbor(masks, [32, 32])``."""
+    return _resize_op("ResizeNearestNeighbor", images, size, align_corners,
+                      half_pixel_centers, name or "ResizeNearestNeighbor")
+
+
+def _resize_op(op_type, images, size, align_corners, half_pixel_centers, name):
+    images = convert_to_tensor(images, name="images")
+    if images.shape.ndims not in (None, 4):
+        raise ValueError(f"Shape must be rank 4 but is rank {images.shape.ndims} for "
+                         f"'{op_type}' with input shape {images.shape}")
+    if images.dtype.is_bool or images.dtype == dtypes.string:
+        raise TypeError(f"Value passed to parameter 'images' has DataType "
+                        f"{images.dtype.name} not in list of allowed values")
+    if align_corners and half_pixel_centers:
+        raise ValueError("If half_pixel_centers is True, align_corners must be False.")
+    attrs = {"size": _static_size(size), "align_corners": bool(align_corners),
+             "half_pixel_centers": bool(half_pixel_centers)}
+    if op_type == "ResizeBilinear":
+        attrs["output_dtype"] = dtypes.float32
+    return images.graph.create_op(op_type, [images], attrs, name=name).outputs[0]
 
 
 def _static_size(size):
@@ -115,7 +153,9 @@ def _resize_grad(grad_type):
         images = op.inputs[0]
         if not images.dtype.is_floating:
             return [None]
-        return [op.graph.create_op(grad_type, [grad, images]).outputs[0]]
+        attrs = {key: op.attrs[key] for key in ("align_corners", "half_pixel_centers")
+                 if key in op.attrs}
+        return [op.graph.create_op(grad_type, [grad, images], attrs).outputs[0]]
     return gradient
 
 

@@ -318,3 +318,10 @@ def _dropout_rate(keep_prob, rate):
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
     return rate
+
+
+def xw_plus_b(x, weights, biases, name=None):
+    """matmul(x, weights) + biases, the biases along the last axis:
+    ``tf.nn.xw_plus_b(x, w, b)`` for x [batch, in], w [in, out], b [out]."""
+    product = math_ops.matmul(x, weights)
+    return bias_add(product, biases, name=name or "xw_plus_b")

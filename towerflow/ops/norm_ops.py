@@ -6,7 +6,7 @@ from ..graph.core import Tensor
 from ..graph.registry import register_gradient, register_op
 from ..graph.shapes import TensorShape
 from . import math_ops
-from .constant_ops import convert_to_tensor
+from .constant_ops import convert_to_tensor, zeros_like
 
 
 def _fused_shape(inputs, attrs):
@@ -150,3 +150,32 @@ def _lrn_grad(op, grad):
 
 
 register_gradient("LRN", _lrn_grad)
+
+
+def weighted_moments(x, axes, frequency_weights, name=None, keep_dims=None, keepdims=None):
+    """The frequency-weighted (mean, variance) of ``x`` over ``axes``, the
+    weights broadcast against ``x``, as TF 1.15's two-pass ``tf.nn.weighted_moments``
+    (float16 computed in float32)::
+
+        mean, variance = tf.nn.weighted_moments(x, [0], weights)
+    """
+    from .array_ops import squeeze
+    keepdims = bool(keepdims if keep_dims is None else keep_dims)
+    x = convert_to_tensor(x, name="x")
+    weights = convert_to_tensor(frequency_weights, name="frequency_weights")
+    in_dtype = x.dtype
+    if in_dtype == dtypes.float16:
+        x = math_ops.cast(x, dtypes.float32)
+    weights = math_ops.cast_if_needed(weights, x.dtype)
+    weighted_sum = math_ops.reduce_sum(weights * x, axes, keepdims=True)
+    # weights + zeros_like(x): one weight per element of x, whatever broadcasting said
+    weight_sum = math_ops.reduce_sum(weights + zeros_like(x), axes, keepdims=True)
+    divisor = math_ops.reciprocal(weight_sum)
+    mean = weighted_sum * divisor
+    variance = math_ops.reduce_sum(weights * math_ops.squared_difference(x, mean), axes,
+                                   keepdims=True) * divisor
+    if not keepdims:
+        mean, variance = squeeze(mean, axes), squeeze(variance, axes)
+    if in_dtype == dtypes.float16:
+        mean, variance = (math_ops.cast(each, dtypes.float16) for each in (mean, variance))
+    return mean, variance
