@@ -33,6 +33,8 @@ GRAD_CASES = [
     grad_case("pad_symmetric", lambda x: tf.pad(x, [[3, 1], [2, 2]], "SYMMETRIC"),
               floats64(3, 2)),
     grad_case("tile", lambda x: tf.tile(x, [2, 1, 3]), floats64(2, 3, 2)),
+    grad_case("tile_by_run_time_multiples", lambda x: tf.tile(    # DynamicTile
+        x, tf.placeholder_with_default([2, 1, 3], [3])), floats64(2, 3, 2)),
     grad_case("cumsum", lambda x: tf.cumsum(x, 1), floats64(3, 4)),
     grad_case("cumsum_exclusive_reverse", lambda x: tf.cumsum(
         x, 0, exclusive=True, reverse=True), floats64(4, 2)),

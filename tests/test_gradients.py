@@ -146,6 +146,8 @@ ARRAY = [
     grad_case("squeeze", lambda x: tf.squeeze(x), floats(2, 1, 3, 1), unknown=()),
     grad_case("squeeze_axis", lambda x: tf.squeeze(x, [1]), floats(2, 1, 3, 1)),
     grad_case("fill", lambda v: tf.fill([2, 3], v), floats()),
+    grad_case("fill_of_run_time_dims",          # DynamicFill: dims read when it runs
+              lambda v: tf.fill(tf.placeholder_with_default([2, 3], [2]), v), floats()),
     grad_case("placeholder_with_default",
               lambda x: tf.placeholder_with_default(x * 2.0, [2, 3]), floats(2, 3)),
     grad_case("clip_by_value", lambda x: tf.clip_by_value(x, -0.55, 0.45), distinct(3, 4)),

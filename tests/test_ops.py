@@ -367,8 +367,11 @@ NOT_COVERED_HERE = {
     "VariableV2", "Assign", "AssignAdd", "AssignSub",   # session state: variable tests
     "RandomStandardNormal", "TruncatedNormal",          # values are no NumPy function
     "RandomUniform", "RandomUniformInt",                # of the inputs: random tests
+    "RandomStandardNormalDims", "TruncatedNormalDims",  # (and test_tf1_shapes.py)
+    "RandomUniformDims", "RandomUniformIntDims",
     # gradient helper ops: test_gradients*.py (finite differences)
     "UnbroadcastGrad", "StopGradient", "ReductionGrad", "ReduceExtremumGrad", "ReshapeLike",
+    "DynamicTileGrad",
     "ConcatGrad", "TanhGrad", "SigmoidGrad", "ReluGrad", "EluGrad", "GeluGrad",
     "BiasAddGrad", "Conv2DBackpropInput", "Conv2DBackpropFilter", "MaxPoolGrad",
     "AvgPoolGrad", "FusedBatchNormGrad",
@@ -502,6 +505,10 @@ def test_forward_matches_numpy(case, op_device, rng, capsys):
 RUN_TIME_SHAPED = [
     case("reshape_to_a_fed_shape", tf.reshape, lambda x, shape: x.reshape(shape),
          floats(2, 12), lambda rng: np.array([4, -1, 2], np.int32)),
+    case("fill_to_a_fed_shape", lambda shape: tf.fill(shape, 2.5),
+         lambda shape: np.full(shape, 2.5, np.float32), lambda rng: np.array([3, 2], np.int32)),
+    case("tile_by_fed_multiples", tf.tile, np.tile,
+         floats(2, 3), lambda rng: np.array([2, 3], np.int32)),
 ]
 
 

@@ -60,9 +60,17 @@ def test_tensor_shapes_constant_and_run_time(op_device):
     assert (noise >= 0).all() and (noise < 1).all()
 
 
-def test_unsupported_tensor_arguments_are_named():
+def test_computed_shapes_are_read_when_the_graph_runs(op_device):
     x = tf.placeholder(tf.int32, [2])
-    with pytest.raises(ValueError, match="computed tensor Add:0"):
-        tf.random_normal(x + 1)
+    samples, out = draw(op_device, lambda: tf.random_normal(x + 1, seed=2), {x: [2, 4]})
+    assert samples.shape == (3, 5) and out.shape.as_list() == [None, None]
+    batch = tf.placeholder(tf.float32, [None, 3])
+    samples, out = draw(op_device, lambda: tf.random_uniform(
+        [tf.shape(batch)[0], 8], maxval=4, dtype=tf.int32), {batch: np.zeros((6, 3))})
+    assert samples.shape == (6, 8) and out.shape.as_list() == [None, 8]
+    assert samples.min() >= 0 and samples.max() < 4
+
+
+def test_unsupported_tensor_arguments_are_named():
     with pytest.raises(TypeError, match="int32 needs Python int bounds"):
         tf.random_uniform([3], maxval=tf.constant(5), dtype=tf.int32)

@@ -23,6 +23,7 @@ from .device import DeviceSpec
 from .dtypes import (DType, as_dtype, bfloat16, bool, double, float16, float32,  # noqa: A004
                      float64, half, int8, int16, int32, int64, uint8, uint16)
 from .graph import Graph, GraphKeys, Operation, Tensor, TensorShape
+from .graph.dimension import Dimension, dimension_at_index, dimension_value
 from .graph.core import get_default_graph, reset_default_graph
 from .log import get_logger
 from .ops.array_ops import (concat, expand_dims, group, identity, no_op, reshape, shape,

@@ -60,6 +60,11 @@ _HOST_READS = {
     "WhileGrad": "runs its backward loop from the host",
     "If": "reads its predicate on the host",
     "DynamicReshape": "reads its target shape on the host",
+    "DynamicFill": "reads its dims on the host",
+    "DynamicTile": "reads its multiples on the host",
+    "DynamicTileGrad": "reads its multiples on the host",
+    **{op_type + "Dims": "reads its shape on the host" for op_type in (
+        "RandomStandardNormal", "TruncatedNormal", "RandomUniform", "RandomUniformInt")},
 }
 
 

@@ -15,6 +15,7 @@ towerflow always has TF1's behaviour (graphs and sessions, no eager mode).
 import sys
 
 from ..dtypes import as_bytes  # noqa: F401  (tf.compat.as_bytes)
+from ..graph.dimension import dimension_at_index, dimension_value  # noqa: F401
 
 v1 = sys.modules["towerflow"]   # set up by towerflow/__init__.py before importing this
 

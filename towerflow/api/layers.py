@@ -112,14 +112,18 @@ class Dense(Layer):
 
 
 class Flatten(Layer):
-    """[batch, d1, d2, ...] -> [batch, d1*d2*...] (the non-batch dimensions must
-    be known): ``tf.layers.Flatten()(images)``."""
+    """[batch, d1, d2, ...] -> [batch, d1*d2*...]: ``tf.layers.Flatten()(images)``.
+    Non-batch dimensions known only at run time give ``[batch, ?]``, as in TF."""
 
     _base_name = "flatten"
 
     def call(self, inputs):
-        rest = [known(d, "flatten's non-batch dimensions") for d in inputs.shape.dims[1:]]
-        return array_ops.reshape(inputs, [-1, int(np.prod(rest))])
+        rest = inputs.shape.dims[1:]
+        if None not in rest:
+            return array_ops.reshape(inputs, [-1, int(np.prod(rest))])
+        outputs = array_ops.reshape(inputs, [array_ops.shape(inputs)[0], -1])
+        outputs.set_shape([inputs.shape.dims[0], None])
+        return outputs
 
 
 class Dropout(Layer):

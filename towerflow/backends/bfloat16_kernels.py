@@ -36,7 +36,7 @@ FLOAT32 = np.dtype(np.float32)
 # place (the state's own buffer must be the one written).
 NATIVE_BFLOAT16_KERNELS = frozenset({
     "Const", "Placeholder", "PlaceholderWithDefault", "Identity", "StopGradient", "NoOp",
-    "Fill", "ZerosLike", "OnesLike", "Cast", "Reshape", "DynamicReshape", "Transpose",
+    "Fill", "DynamicFill", "ZerosLike", "OnesLike", "Cast", "Reshape", "DynamicReshape", "Transpose",
     "Squeeze",
     "ExpandDims", "ConcatV2", "Pack", "Split", "Unpack", "Shape", "ConcatGrad",
     "ReshapeLike", "ShardBatch", "PackBucket", "UnpackBucket", "Select",

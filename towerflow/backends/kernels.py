@@ -93,6 +93,17 @@ def _source_kernels(xp):
             return xp.full(shape, value, dtype=dtype)
         return filled
 
+    def dynamic_fill(ctx):
+        dtype = ctx.output_dtypes[0]
+
+        def filled(value, dims):
+            if value.ndim:
+                raise errors.InvalidArgumentError(      # fill_op.cc's words
+                    None, None, "value must be a scalar, got shape "
+                    + "[" + ",".join(map(str, value.shape)) + "]")
+            return xp.full(_read_dims(dims), value, dtype=dtype)
+        return filled
+
     def like(fill_value):
         def make(ctx):
             dtype = ctx.output_dtypes[0]
@@ -100,6 +111,7 @@ def _source_kernels(xp):
         return make
 
     return {"Const": const, "Placeholder": placeholder, "Fill": fill,
+            "DynamicFill": dynamic_fill,
             "PlaceholderWithDefault": _fixed(_identity), "Identity": _fixed(_identity),
             "IdentityN": _fixed(lambda *values: list(values)),
             "ZerosLike": like(0), "OnesLike": like(1), "NoOp": _fixed(lambda: None)}
@@ -236,7 +248,10 @@ def _dims(shape):
 def _array_kernels(xp):
     def split(ctx):
         sizes, axis = ctx.attrs["sizes"], ctx.attrs["axis"]
-        if ctx.op.inputs[0].shape[axis] is not None:  # sizes checked when built
+        if None in sizes:   # equal parts of a dimension known only now
+            return lambda x: tuple(xp.split(x, _equal_cuts(x.shape[axis], axis, len(sizes)),
+                                            axis=axis))
+        if ctx.op.inputs[0].shape[axis].value is not None:  # sizes checked when built
             cuts = _split_cuts(sizes)
             return lambda x: tuple(xp.split(x, cuts, axis=axis))
         return lambda x: tuple(xp.split(x, _split_cuts(_split_sizes(sizes, x.shape[axis])),
@@ -280,12 +295,34 @@ def _split_cuts(sizes):
     return list(itertools.accumulate(sizes))[:-1]
 
 
+def _equal_cuts(total, axis, num_split):
+    """Where to cut ``total`` into ``num_split`` equal parts; TF's
+    InvalidArgumentError when they do not divide it."""
+    if total % num_split:
+        raise errors.InvalidArgumentError(
+            None, None, shapes.split_count_message(axis, total, num_split))
+    return _split_cuts([total // num_split] * num_split)
+
+
 def _split_sizes(sizes, total):
     """``sizes`` with a -1 inferred; InvalidArgumentError if they do not split ``total``."""
     known = sum(size for size in sizes if size != -1)
     if known > total or -1 not in sizes and known != total:
         raise errors.InvalidArgumentError(None, None, shapes.split_sizes_message(known))
     return [total - known if size == -1 else size for size in sizes]
+
+
+def _read_dims(dims):
+    """The int tensor ``dims`` read on the host (a GPU's costs one small copy);
+    InvalidArgumentError (TF's words) for a negative dimension."""
+    if dims.ndim != 1:
+        raise errors.InvalidArgumentError(
+            None, None, f"dims must be a vector, got shape {_dims(dims.shape)}")
+    values = [int(dim) for dim in dims.tolist()]
+    for dim in values:
+        if dim < 0:
+            raise errors.InvalidArgumentError(None, None, f"Dimension {dim} must be >= 0")
+    return values
 
 
 def _reshape_to_read_shape(x, shape):
@@ -363,14 +400,18 @@ def _random_kernels(xp):
         return _of_shape(ctx, shape,
                          lambda shape: rng.integers(low, high, size=shape, dtype=dtype))
 
-    return {"RandomStandardNormal": normal, "TruncatedNormal": truncated,
-            "RandomUniform": uniform, "RandomUniformInt": uniform_int}
+    table = {"RandomStandardNormal": normal, "TruncatedNormal": truncated,
+             "RandomUniform": uniform, "RandomUniformInt": uniform_int}
+    # the "Dims" ops draw the same, of a shape read from their int input
+    return {**table, **{op_type + "Dims": make for op_type, make in table.items()}}
 
 
 def _of_shape(ctx, shape, draw):
     """The kernel: ``draw(shape)`` for a static shape; for ``shape=tf.shape(x)``
     (the op's one input is x) ``draw`` of x's run-time shape, read from the
     array's metadata, never from device memory."""
+    if ctx.op.type.endswith("Dims"):
+        return lambda dims: draw(tuple(_read_dims(dims)))
     if ctx.op.inputs:
         return lambda like: draw(like.shape)
     return lambda: draw(shape)

@@ -23,7 +23,9 @@ def build_scatter_kernels(xp):
             "MirrorPad": functools.partial(_mirror_pad, xp),
             "PadGrad": functools.partial(_pad_grad, xp),
             "Tile": functools.partial(_tile, xp),
-            "TileGrad": functools.partial(_tile_grad, xp)}
+            "TileGrad": functools.partial(_tile_grad, xp),
+            "DynamicTile": functools.partial(_dynamic_tile, xp),
+            "DynamicTileGrad": functools.partial(_dynamic_tile_grad, xp)}
 
 
 # -- gather_nd, scatter_nd ----------------------------------------------------------
@@ -171,22 +173,42 @@ def _fold_axis(xp, grad, axis, before, after, mode):
 
 def _tile(xp, ctx):
     multiples = ctx.attrs["multiples"]
+    return lambda x: _tiled(xp, x, multiples)
 
-    def tile(x):
-        if len(multiples) != x.ndim:
-            raise errors.InvalidArgumentError(
-                None, None, f"Expected multiples argument to be a vector of length "
-                f"{x.ndim} but got length {len(multiples)}")
-        return xp.tile(x, multiples)
-    return tile
+
+def _tiled(xp, x, multiples):
+    if len(multiples) != x.ndim:
+        raise errors.InvalidArgumentError(
+            None, None, f"Expected multiples argument to be a vector of length "
+            f"{x.ndim} but got length {len(multiples)}")
+    return xp.tile(x, multiples)
 
 
 def _tile_grad(xp, ctx):
     multiples = ctx.attrs["multiples"]
+    return lambda grad, x: _summed_tiles(grad, x, multiples)
 
-    def tile_grad(grad, x):
-        """Each tile's gradient summed: grad seen as [m0, d0, m1, d1, ...]."""
-        split = [size for pair in zip(multiples, x.shape) for size in pair]
-        tiles = tuple(range(0, 2 * x.ndim, 2))
-        return grad.reshape(split).sum(axis=tiles, dtype=grad.dtype)
-    return tile_grad
+
+def _summed_tiles(grad, x, multiples):
+    """Each tile's gradient summed: grad seen as [m0, d0, m1, d1, ...]."""
+    split = [size for pair in zip(multiples, x.shape) for size in pair]
+    tiles = tuple(range(0, 2 * x.ndim, 2))
+    return grad.reshape(split).sum(axis=tiles, dtype=grad.dtype)
+
+
+def _dynamic_tile(xp, ctx):
+    """tf.tile with multiples read on the host when the graph runs."""
+    return lambda x, multiples: _tiled(xp, x, _read_multiples(multiples))
+
+
+def _dynamic_tile_grad(xp, ctx):
+    return lambda grad, x, multiples: _summed_tiles(grad, x, _read_multiples(multiples))
+
+
+def _read_multiples(multiples):
+    values = [int(count) for count in multiples.reshape(-1).tolist()]
+    for axis, count in enumerate(values):
+        if count < 0:
+            raise errors.InvalidArgumentError(
+                None, None, f"Expected multiples[{axis}] >= 0, but got {count}")
+    return values

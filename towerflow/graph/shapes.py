@@ -1,13 +1,18 @@
 """Static shapes: :class:`TensorShape` and the shape rules ops share.
 
-A dimension is an ``int`` or ``None`` (unknown, printed ``?``); a shape of
-unknown rank has ``dims is None``::
+A shape of unknown rank has ``dims is None``. Inside towerflow ``dims`` is a
+tuple of ints and None (unknown, printed ``?``); users see TensorFlow 1.15's
+API, where indexing or iterating a shape gives :class:`Dimension` objects::
 
     TensorShape([None, 784]).as_list()   # [None, 784]
     str(TensorShape([None, 784]))         # '(?, 784)'
+    TensorShape([None, 784])[1].value    # 784
 """
 
 import math
+import operator
+
+from .dimension import Dimension, as_dimension
 
 
 class TensorShape:
@@ -20,7 +25,10 @@ class TensorShape:
             self.dims = None
         elif isinstance(dims, TensorShape):
             self.dims = dims.dims
-        elif isinstance(dims, int):
+        elif isinstance(dims, (str, bytes)):
+            raise TypeError("A string has ambiguous TensorShape, please wrap in a list "
+                            f"or convert to an int: {dims}")
+        elif isinstance(dims, (int, Dimension)) or not hasattr(dims, "__iter__"):
             self.dims = (_as_dim(dims),)
         else:
             self.dims = tuple(_as_dim(dim) for dim in dims)
@@ -32,12 +40,17 @@ class TensorShape:
     rank = ndims
 
     def as_list(self):
+        """The dims as a list of ints and None (unknown)."""
         if self.dims is None:
             raise ValueError("as_list() is not defined on an unknown TensorShape.")
         return list(self.dims)
 
     def is_fully_defined(self):
         return self.dims is not None and None not in self.dims
+
+    def assert_is_fully_defined(self):
+        if not self.is_fully_defined():
+            raise ValueError(f"Shape {self} is not fully defined")
 
     def num_elements(self):
         if not self.is_fully_defined():
@@ -55,6 +68,10 @@ class TensorShape:
             return False
         return all(a is None or b is None or a == b for a, b in zip(self.dims, other.dims))
 
+    def assert_is_compatible_with(self, other):
+        if not self.is_compatible_with(other):
+            raise ValueError(f"Shapes {self} and {as_shape(other)} are incompatible")
+
     def merge_with(self, other):
         """The most specific shape compatible with both; ValueError if none."""
         other = as_shape(other)
@@ -66,22 +83,75 @@ class TensorShape:
             return self
         return TensorShape([a if a is not None else b for a, b in zip(self.dims, other.dims)])
 
+    def most_specific_compatible_shape(self, other):
+        """The dims both shapes agree on; the others unknown."""
+        other = as_shape(other)
+        if self.dims is None or other.dims is None or self.ndims != other.ndims:
+            return unknown_shape()
+        return TensorShape([a if a == b else None for a, b in zip(self.dims, other.dims)])
+
+    def concatenate(self, other):
+        """The dims of ``self`` then those of ``other`` (unknown if either is)."""
+        other = as_shape(other)
+        if self.dims is None or other.dims is None:
+            return unknown_shape()
+        return TensorShape(self.dims + other.dims)
+
+    def __add__(self, other):
+        return self.concatenate(other)
+
+    def __radd__(self, other):
+        return as_shape(other).concatenate(self)
+
+    def assert_same_rank(self, other):
+        other = as_shape(other)
+        if self.ndims is not None and other.ndims is not None and self.ndims != other.ndims:
+            raise ValueError(f"Shapes {self} and {other} must have the same rank")
+
+    def assert_has_rank(self, rank):
+        if self.ndims not in (None, rank):
+            raise ValueError(f"Shape {self} must have rank {rank}")
+
+    def with_rank(self, rank):
+        """This shape, given ``rank`` if unknown; ValueError for another rank."""
+        try:
+            return self.merge_with(unknown_shape(rank))
+        except ValueError:
+            raise ValueError(f"Shape {self} must have rank {rank}") from None
+
+    def with_rank_at_least(self, rank):
+        if self.ndims is not None and self.ndims < rank:
+            raise ValueError(f"Shape {self} must have rank at least {rank}")
+        return self
+
+    def with_rank_at_most(self, rank):
+        if self.ndims is not None and self.ndims > rank:
+            raise ValueError(f"Shape {self} must have rank at most {rank}")
+        return self
+
+    def __bool__(self):
+        # TF 1.15: a shape is true when its rank is known (even a scalar's).
+        return self.dims is not None
+
     def __len__(self):
         if self.dims is None:
-            raise ValueError("Cannot take the length of a shape with unknown rank.")
+            raise ValueError("Cannot take the length of Shape with unknown rank.")
         return len(self.dims)
 
     def __iter__(self):
         if self.dims is None:
             raise ValueError("Cannot iterate over a shape with unknown rank.")
-        return iter(self.dims)
+        return iter([Dimension(dim) for dim in self.dims])
 
     def __getitem__(self, key):
-        if self.dims is None:
-            return None if isinstance(key, int) else unknown_shape()
+        """A Dimension for an index, a TensorShape for a slice (TF 1.15)."""
+        if self.dims is not None:
+            if isinstance(key, slice):
+                return TensorShape(self.dims[key])
+            return Dimension(self.dims[key])
         if isinstance(key, slice):
-            return TensorShape(self.dims[key])
-        return self.dims[key]
+            return _slice_of_unknown_rank(key)
+        return Dimension(None)
 
     def __eq__(self, other):
         try:
@@ -93,7 +163,9 @@ class TensorShape:
         return hash(self.dims)
 
     def __repr__(self):
-        return "TensorShape(None)" if self.dims is None else f"TensorShape({list(self.dims)})"
+        if self.dims is None:
+            return "TensorShape(None)"
+        return f"TensorShape({[Dimension(dim) for dim in self.dims]})"
 
     def __str__(self):
         if self.dims is None:
@@ -102,13 +174,22 @@ class TensorShape:
         return f"({text},)" if len(self.dims) == 1 else f"({text})"
 
 
+def _slice_of_unknown_rank(key):
+    """TF 1.15: a slice of a shape of unknown rank has a known rank only when
+    both ends are given and not negative."""
+    if key.step is not None:
+        raise ValueError("Steps are not yet handled")
+    start = 0 if key.start is None else key.start
+    if key.stop is None or start < 0 or key.stop < 0:
+        return unknown_shape()
+    return unknown_shape(key.stop - start)
+
+
 def _as_dim(dim):
-    if dim is None or (hasattr(dim, "value") and dim.value is None):
+    """A dimension as towerflow keeps it: an int >= 0, or None (unknown)."""
+    if dim is None:
         return None
-    value = int(dim)
-    if value < 0:
-        raise ValueError(f"Dimension {dim!r} must be >= 0 or None (unknown)")
-    return value
+    return as_dimension(dim).value
 
 
 def as_shape(shape):
@@ -154,7 +235,10 @@ def normalize_axes(axis, rank, what="axis"):
     """Axis argument (None, int or list) → sorted tuple of non-negative axes."""
     if axis is None:
         return tuple(range(rank)) if rank is not None else None
-    axes = [axis] if isinstance(axis, int) else list(axis)
+    try:
+        axes = [operator.index(axis)]   # an int, a NumPy int or a Dimension
+    except TypeError:
+        axes = list(axis)
     if rank is None:
         return tuple(axes)
     result = []
@@ -208,6 +292,37 @@ def reshape(input_shape, target):
     if known == 0 or total % known:
         raise ValueError(f"Cannot reshape a tensor of shape {input_shape} to {target}")
     return TensorShape([total // known if dim == -1 else dim for dim in target])
+
+
+def reshape_partial(input_shape, target):
+    """TF's Reshape shape function for a target known only in part (a
+    TensorShape whose unknown dims came from -1 or run-time values): one
+    unknown target dim is inferred from the input where TF infers it."""
+    if target.dims is None or input_shape.dims is None:
+        return target
+    out_unknown = [axis for axis, dim in enumerate(target.dims) if dim is None]
+    in_unknown = [axis for axis, dim in enumerate(input_shape.dims) if dim is None]
+    if len(out_unknown) > 1 or len(in_unknown) > 1:
+        return target
+    known_out = math.prod(dim for dim in target.dims if dim is not None)
+    known_in = math.prod(dim for dim in input_shape.dims if dim is not None)
+    if not out_unknown and not in_unknown:
+        _check_same_size(input_shape, list(target.dims))
+        return target
+    if out_unknown and not in_unknown and known_out > 0:
+        if known_in % known_out:
+            raise ValueError(f"Dimension size must be evenly divisible by {known_out} "
+                             f"but is {known_in}")
+        return _replaced(target, out_unknown[0], known_in // known_out)
+    if out_unknown and in_unknown and known_in == known_out:
+        return _replaced(target, out_unknown[0], input_shape.dims[in_unknown[0]])
+    return target
+
+
+def _replaced(shape, axis, dim):
+    dims = list(shape.dims)
+    dims[axis] = dim
+    return TensorShape(dims)
 
 
 def _check_same_size(input_shape, target):
@@ -304,3 +419,10 @@ def split_sizes_message(determined):
     return ("Determined shape must either match input shape along split_dim exactly if "
             "fully specified, or be less than the size of the input along split_dim if "
             f"not fully specified.  Got: {determined}")
+
+
+def split_count_message(axis, total, num_split):
+    """tensorflow/core/kernels/split_op.cc's words for equal parts that do not
+    divide the dimension."""
+    return (f"Number of ways to split should evenly divide the split dimension, but got "
+            f"split_dim {axis} (size = {total}) and num_split {num_split}")

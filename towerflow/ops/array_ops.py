@@ -1,11 +1,15 @@
 """Ops that rearrange values: identity, reshape, transpose, concat, split,
 stack, expand_dims, squeeze, shape; and the grouping ops no_op / group."""
 
+import numpy as np
+
 from .. import dtypes
 from ..graph import core, shapes
+from ..graph.dimension import Dimension
 from ..graph.registry import register_op
 from ..graph.shapes import TensorShape
-from .constant_ops import constant_value, convert_to_tensor, zeros_like
+from . import shape_values
+from .constant_ops import constant_value, convert_to_tensor, plain_dims, zeros_like
 
 
 def _same_as_input(inputs, attrs):
@@ -41,9 +45,8 @@ def reshape(tensor, shape, name=None):
     if static is not None:
         return x.graph.create_op("Reshape", [x], {"shape": tuple(static)},
                                  name=name or "Reshape").outputs[0]
-    target = _shape_tensor(shape)
-    return x.graph.create_op("DynamicReshape", [x, target], {"known": _known_dims(shape)},
-                             name=name or "Reshape").outputs[0]
+    target = shape_tensor(shape)
+    return x.graph.create_op("DynamicReshape", [x, target], name=name or "Reshape").outputs[0]
 
 
 def _static_target(shape):
@@ -52,21 +55,22 @@ def _static_target(shape):
         value = constant_value(shape)
         return None if value is None else [int(dim) for dim in value.reshape(-1)]
     if isinstance(shape, (list, tuple)):
+        shape = plain_dims(shape)     # Dimensions as ints; TF's error for an unknown one
         values = [dim if not isinstance(dim, core.Tensor) else constant_value(dim)
                   for dim in shape]
         if any(value is None and isinstance(dim, core.Tensor)
                for dim, value in zip(shape, values)):
             return None
         return [-1 if value is None else int(value) for value in values]
-    return [int(dim) for dim in shapes.as_shape(shape).as_list()]
+    return plain_dims(shapes.as_shape(shape))
 
 
-def _shape_tensor(shape):
+def shape_tensor(shape, what="reshape"):
     """A 1-D int32 tensor of the target (a list mixing ints and scalar tensors
     is stacked, as TF converts it)."""
     if isinstance(shape, core.Tensor):
         if shape.dtype not in (dtypes.int32, dtypes.int64) or shape.shape.ndims not in (None, 1):
-            raise TypeError(f"reshape's shape must be a 1-D int32 or int64 tensor, got "
+            raise TypeError(f"{what}'s shape must be a 1-D int32 or int64 tensor, got "
                             f"{shape.name} of dtype {shape.dtype.name} and shape {shape.shape}")
         return shape
     from .math_ops import cast_if_needed
@@ -74,19 +78,9 @@ def _shape_tensor(shape):
                   else convert_to_tensor(int(dim), dtypes.int32) for dim in shape])
 
 
-def _known_dims(shape):
-    """Per target dimension, its size where it is a Python int (else None); or
-    None when even the rank is unknown."""
-    if isinstance(shape, core.Tensor):
-        length = shape.shape.dims[0] if shape.shape.ndims == 1 else None
-        return None if length is None else (None,) * length
-    return tuple(None if isinstance(dim, core.Tensor) or int(dim) < 0 else int(dim)
-                 for dim in shape)
-
-
 def _dynamic_reshape_shape(inputs, attrs):
-    known = attrs["known"]
-    return [(TensorShape(None if known is None else list(known)), inputs[0].dtype)]
+    target = shape_values.constant_value_as_shape(inputs[1])
+    return [(shapes.reshape_partial(inputs[0].shape, target), inputs[0].dtype)]
 
 
 register_op("DynamicReshape", _dynamic_reshape_shape, aliases_input=True,
@@ -137,14 +131,16 @@ def concat(values, axis, name="concat"):
 
 
 def _split_shape(inputs, attrs):
+    """Sizes of None (equal parts of a dimension unknown until run time)
+    leave that dimension unknown, as TF's shape function does."""
     x, axis, sizes = inputs[0], attrs["axis"], attrs["sizes"]
     if x.shape.dims is None:
         return [(shapes.unknown_shape(), x.dtype)] * len(sizes)
     total = x.shape.dims[axis]
-    if total is not None and sum(sizes) != total:
+    if total is not None and None not in sizes and sum(sizes) != total:
         raise ValueError(f"split sizes {list(sizes)} do not add up to dimension {axis} "
                          f"of shape {x.shape} ({total})")
-    return [(_with_dim(x.shape, axis, None if size == -1 else size), x.dtype)
+    return [(_with_dim(x.shape, axis, None if size in (-1, None) else size), x.dtype)
             for size in sizes]
 
 
@@ -174,16 +170,21 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
 
 
 def _split_sizes(x, num_or_size_splits, axis):
+    """The size of each part; None for equal parts of a dimension known only
+    at run time (the kernel then checks it divides, as TF's does)."""
     total = x.shape.dims[axis] if x.shape.dims is not None else None
-    if not isinstance(num_or_size_splits, int):
+    if isinstance(num_or_size_splits, Dimension):
+        num_or_size_splits = num_or_size_splits.value
+    if not isinstance(num_or_size_splits, (int, np.integer)):
         return _size_list([int(size) for size in num_or_size_splits], total)
+    num_split = int(num_or_size_splits)
+    if num_split <= 0:
+        raise ValueError(f"Number of ways to split should be > 0, but got {num_split}")
     if total is None:
-        raise ValueError("split into a number of parts needs the axis size to be known")
-    if num_or_size_splits <= 0 or total % num_or_size_splits:
-        raise ValueError(   # tensorflow/core/kernels/split_op.cc's words
-            f"Number of ways to split should evenly divide the split dimension, but got "
-            f"split_dim {axis} (size = {total}) and num_split {num_or_size_splits}")
-    return (total // num_or_size_splits,) * num_or_size_splits
+        return (None,) * num_split
+    if total % num_split:
+        raise ValueError(shapes.split_count_message(axis, total, num_split))
+    return (total // num_split,) * num_split
 
 
 def _size_list(sizes, total):

@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import dtypes
 from ..graph import core
+from ..graph.dimension import Dimension
 from ..graph.registry import register_op
 from ..graph.shapes import TensorShape, as_shape
 
@@ -70,6 +71,7 @@ def to_numpy(value, dtype=None):
     if dtype is not None and dtypes.as_dtype(dtype) is dtypes.string or \
             dtype is None and dtypes.is_string_value(value):
         return dtypes.to_string_array(value)
+    value = plain_dims(value)
     try:
         source = np.asarray(value)
     except (TypeError, ValueError) as err:
@@ -92,6 +94,23 @@ def to_numpy(value, dtype=None):
         raise TypeError(f"Expected {target.name}, got {value!r} of dtype {source.dtype}: "
                         "that would lose information; cast explicitly with tf.cast")
     return np.array(source, dtype=target.as_numpy_dtype)
+
+
+def plain_dims(value):
+    """Static shapes given as values: a Dimension, a TensorShape or a list
+    holding Dimensions becomes ints, as TF 1.15 converts them to tensors."""
+    if isinstance(value, Dimension):
+        if value.value is None:
+            raise ValueError(f"Cannot convert an unknown Dimension to a Tensor: {value}")
+        return value.value
+    if isinstance(value, TensorShape):
+        if not value.is_fully_defined():
+            raise ValueError(
+                f"Cannot convert a partially known TensorShape to a Tensor: {value}")
+        return value.as_list()
+    if isinstance(value, (list, tuple)) and any(isinstance(item, Dimension) for item in value):
+        return [plain_dims(item) for item in value]
+    return value
 
 
 def _check_ints_fit(value, int_bounds, dtype):
@@ -210,17 +229,57 @@ def _fill_shape(inputs, attrs):
 register_op("Fill", _fill_shape)
 
 
+def _dynamic_fill_shape(inputs, attrs):
+    from .shape_values import constant_value_as_shape  # it imports this module
+    return [(constant_value_as_shape(inputs[1]), inputs[0].dtype)]
+
+
+# The dims are read on the host when the graph runs (TF's Fill with a dims
+# tensor); the static shape is what the graph knows of them.
+register_op("DynamicFill", _dynamic_fill_shape, shape_only_inputs=())
+
+
 def fill(dims, value, name=None):
-    """A tensor of shape ``dims`` holding ``value`` everywhere: ``tf.fill([2, 3], 9)``."""
+    """A tensor of shape ``dims`` holding ``value`` everywhere: ``tf.fill([2, 3], 9)``.
+    ``dims`` may be a tensor, or a list holding scalar tensors:
+    ``tf.fill(tf.shape(x), 1.0)``, ``tf.fill([tf.shape(x)[0], 4], 0.0)``."""
     value = convert_to_tensor(value)
     if value.shape.ndims not in (None, 0):   # unknown: the kernel checks it
         raise ValueError(f"fill needs a scalar value, got shape {value.shape}")
     graph = core.get_default_graph()
+    if _known_at_run_time(dims):
+        return graph.create_op("DynamicFill", [value, _dims_tensor(dims)],
+                               name=name or "Fill").outputs[0]
     return graph.create_op("Fill", [value], {"shape": _static_dims(dims, "fill")},
                            name=name or "Fill").outputs[0]
 
 
+def _known_at_run_time(dims):
+    """Whether ``dims`` is a tensor the graph does not fix, or a list holding one."""
+    if isinstance(dims, core.Tensor):
+        return constant_value(dims) is None
+    return isinstance(dims, (list, tuple)) and \
+        any(isinstance(dim, core.Tensor) and constant_value(dim) is None for dim in dims)
+
+
+def _fixed_dims(dims):
+    """Dims given as tensors the graph fixes (see constant_value), as ints."""
+    if isinstance(dims, core.Tensor):
+        return constant_value(dims).tolist()
+    return [int(constant_value(dim)) if isinstance(dim, core.Tensor) else dim for dim in dims]
+
+
+def _dims_tensor(dims):
+    """``dims`` as a 1-D int32 tensor (a list of ints and scalar tensors is
+    stacked, as TF converts it)."""
+    from .array_ops import shape_tensor  # it imports this module
+    return shape_tensor(dims, "fill")
+
+
 def _static_dims(dims, what):
+    if isinstance(dims, core.Tensor) or isinstance(dims, (list, tuple)) and \
+            any(isinstance(dim, core.Tensor) for dim in dims):
+        dims = _fixed_dims(dims)
     dims = as_shape(dims)
     if not dims.is_fully_defined():
         raise ValueError(f"{what} needs a fully known shape, got {dims}")
@@ -242,6 +301,8 @@ def _filled(shape, dtype, value, name):
     shape too big for memory then fails when the graph runs, with a
     ResourceExhaustedError, instead of while it is built."""
     dtype = dtypes.as_dtype(dtype)
+    if _known_at_run_time(shape):
+        return fill(shape, constant(value, dtype), name=name)
     dims = _static_dims(shape, name)
     if math.prod(dims) < 1000:
         return constant(np.full(dims, value, dtype.as_numpy_dtype), name=name)
@@ -280,6 +341,7 @@ from ..graph.registry import register_gradient, register_not_differentiable
 
 register_not_differentiable("Const", "Placeholder")
 register_gradient("Fill", lambda op, grad: [_sum_all(grad)])
+register_gradient("DynamicFill", lambda op, grad: [_sum_all(grad), None])
 
 
 def _sum_all(grad):

@@ -84,7 +84,7 @@ class VarianceScaling(Initializer):
         self.scale, self.mode, self.distribution, self.seed = scale, mode, distribution, seed
 
     def __call__(self, shape, dtype=None):
-        fan_in, fan_out = _fans(list(shape))
+        fan_in, fan_out = _fans([int(dim) for dim in shape])  # ints, as TF's fans are
         n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[self.mode]
         variance = self.scale / max(1.0, n)
         dtype = self._dtype(dtype)

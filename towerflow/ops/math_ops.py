@@ -4,7 +4,7 @@ Python operators on tensors (``a + b``, ``a @ b``, ``-a``, ``a < b``)."""
 from .. import dtypes
 from ..graph import core, shapes
 from ..graph.registry import register_op
-from .constant_ops import convert_to_tensor
+from .constant_ops import constant_value, convert_to_tensor
 
 # -- shape rules ---------------------------------------------------------------
 
@@ -247,13 +247,24 @@ for _op_type in REDUCTION_OPS:
                 type_list=None if _op_type in ("Any", "All") else dtypes.REAL_TYPES)
 
 
+def _static_axes(axis, public_name):
+    """Axes given as a constant tensor (TF accepts any int tensor) as ints."""
+    if not isinstance(axis, core.Tensor):
+        return axis
+    value = constant_value(axis)
+    if value is None:
+        raise ValueError(f"{public_name} needs its axis known when the graph is built (a "
+                         f"list or a constant), got the computed tensor {axis.name}")
+    return value.tolist()
+
+
 def _reducer(op_type, public_name):
     def reduce(input_tensor, axis=None, keepdims=None, name=None,
                reduction_indices=None, keep_dims=None):
         x = convert_to_tensor(input_tensor)
         if axis is not None and reduction_indices is not None:
             raise ValueError("Give axis or reduction_indices, not both")
-        axis = reduction_indices if axis is None else axis
+        axis = _static_axes(reduction_indices if axis is None else axis, public_name)
         keepdims = bool(keepdims if keepdims is not None else keep_dims)
         axes = shapes.normalize_axes(axis, x.shape.ndims)
         attrs = {"axes": axes, "keepdims": keepdims, "_op": op_type}

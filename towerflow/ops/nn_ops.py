@@ -7,7 +7,7 @@ from ..graph import shapes
 from ..graph.core import Tensor
 from ..graph.registry import register_gradient, register_op
 from ..graph.shapes import TensorShape
-from .constant_ops import convert_to_tensor
+from .constant_ops import constant_value, convert_to_tensor
 from . import math_ops
 
 
@@ -182,19 +182,24 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
 
 def _over_flat_rows(op_type, logits, labels, name):
     """The cross-entropy of logits of rank other than 2 as TF 1.15 computes it:
-    over ``[-1, classes]`` rows, reshaped back to the leading dims (of which
-    one may be unknown: reshape here takes static shapes)."""
-    from .array_ops import reshape
+    over ``[-1, classes]`` rows, reshaped back to the leading dims (any of
+    them, and the classes, may be known only at run time)."""
+    from .array_ops import reshape, shape
     sparse = op_type.startswith("Sparse")
     leading = logits.shape.dims[:-1]
-    if sum(dim is None for dim in leading) > 1:
-        raise ValueError(f"cross-entropy over logits of shape {logits.shape} needs all but "
-                         "one of the leading dimensions known")
-    classes = logits.shape.dims[-1] if logits.shape.dims[-1] is not None else -1
+    classes = logits.shape.dims[-1]
+    if classes is None:
+        classes = shape(logits)[-1]
     flat_logits = reshape(logits, [-1, classes])
     flat_labels = reshape(labels, [-1] if sparse else [-1, classes])
     op = _create(op_type, [flat_logits, flat_labels], {"sparse": sparse}, None)
-    return reshape(op.outputs[0], [-1 if dim is None else dim for dim in leading], name=name)
+    if sum(dim is None for dim in leading) <= 1:   # a static target suffices
+        return reshape(op.outputs[0], [-1 if dim is None else dim for dim in leading],
+                       name=name)
+    cost = reshape(op.outputs[0], shape(labels if sparse else logits)[:len(leading)],
+                   name=name)
+    cost.set_shape(TensorShape(leading).merge_with(labels.shape) if sparse else leading)
+    return cost
 
 
 def _xent_grad(op, grad_loss, grad_backprop):
@@ -289,8 +294,7 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None
     from .random_ops import get_seed
     x = convert_to_tensor(x)
     _check_floating("dropout", x)   # before a rate of 0 returns x: TF refuses it too
-    noise = None if noise_shape is None else tuple(
-        None if dim is None else int(dim) for dim in noise_shape)
+    noise = None if noise_shape is None else _noise_dims(x, noise_shape)
     attrs = {"seed": get_seed(seed), "noise_shape": noise}
     rate_tensor = _dropout_rate_tensor(keep_prob, rate)
     if rate_tensor is not None:
@@ -300,6 +304,25 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None
     if attrs["rate"] == 0.0:
         return x
     return _create("Dropout", [x], attrs, name or "dropout").outputs[0]
+
+
+def _noise_dims(x, noise_shape):
+    """noise_shape as ints, with None for "x's own size": given as None, or
+    (TF1's idiom) as ``tf.shape(x)[i]``; other scalar tensors must be constants."""
+    from .shape_values import is_dimension_of
+    dims = []
+    for axis, dim in enumerate(noise_shape):
+        if isinstance(dim, Tensor) and is_dimension_of(dim, x, axis):
+            dims.append(None)
+        elif isinstance(dim, Tensor):
+            value = constant_value(dim)
+            if value is None:
+                raise ValueError(f"dropout's noise_shape[{axis}] must be an int, None, a "
+                                 f"constant or tf.shape(x)[{axis}], got {dim.name}")
+            dims.append(int(value))
+        else:
+            dims.append(None if dim is None else int(dim))
+    return tuple(dims)
 
 
 def _dropout_rate_tensor(keep_prob, rate):

@@ -1,9 +1,10 @@
 """Ops that grow a tensor from its own values: tf.pad (CONSTANT, REFLECT,
 SYMMETRIC) and tf.tile, each with its gradient."""
 
-from ..graph import shapes
+from ..graph import core, shapes
 from ..graph.registry import register_gradient, register_op
 from ..graph.shapes import TensorShape, unknown_shape
+from . import shape_values
 from .constant_ops import constant_value, convert_to_tensor, static_ints
 
 _MIRROR_MODES = {"REFLECT": "reflect", "SYMMETRIC": "symmetric"}
@@ -116,14 +117,13 @@ def tile(input, multiples, name=None):
 
         tf.tile([[1, 2]], [2, 3])     # [[1, 2, 1, 2, 1, 2], [1, 2, 1, 2, 1, 2]]
 
-    ``multiples`` must be known when the graph is built (a list or a
-    constant). The gradient sums the gradients of the tiles.
+    ``multiples`` may be a list, a tensor, or a list holding scalar tensors
+    (``[tf.shape(y)[0], 1]``). The gradient sums the gradients of the tiles.
     """
     x = convert_to_tensor(input)
-    times = static_ints(multiples, "tile's multiples")
-    if times is None:
-        raise ValueError(f"tile needs static multiples (a list or a constant), got the "
-                         f"tensor {multiples.name}")
+    if _known_at_run_time(multiples):
+        return _dynamic_tile(x, multiples, name)
+    times = _fixed_ints(multiples)
     for axis, count in enumerate(times):
         if count < 0:
             raise ValueError(f"Expected multiples[{axis}] >= 0, but got {count}")
@@ -135,3 +135,41 @@ register_op("TileGrad", lambda inputs, attrs: [(inputs[1].shape, inputs[0].dtype
             shape_only_inputs=(1,))
 register_gradient("Tile", lambda op, grad: [op.graph.create_op(
     "TileGrad", [grad, op.inputs[0]], dict(op.attrs)).outputs[0]])
+
+
+def _known_at_run_time(multiples):
+    if isinstance(multiples, core.Tensor):
+        return constant_value(multiples) is None
+    return any(isinstance(count, core.Tensor) and constant_value(count) is None
+               for count in multiples)
+
+
+def _fixed_ints(multiples):
+    """The multiples as ints where the graph fixes them (constants included)."""
+    if not isinstance(multiples, core.Tensor):
+        multiples = [constant_value(count) if isinstance(count, core.Tensor) else count
+                     for count in multiples]
+    return static_ints(multiples, "tile's multiples")
+
+
+def _dynamic_tile_shape(inputs, attrs):
+    x, multiples = inputs[0], shape_values.constant_value_as_shape(inputs[1])
+    if multiples.dims is None:
+        return [(unknown_shape(x.shape.ndims), x.dtype)]
+    return _grown_shape(x, multiples.dims, f"Shape must be rank {len(multiples.dims)} but "
+                        f"is rank {x.shape.ndims} for 'Tile' with input shape {x.shape}",
+                        lambda dim, times: None if times is None else dim * times)
+
+
+# Multiples known only when the graph runs: read on the host then.
+register_op("DynamicTile", _dynamic_tile_shape)
+register_op("DynamicTileGrad", lambda inputs, attrs: [(inputs[1].shape, inputs[0].dtype)],
+            shape_only_inputs=(1,))
+register_gradient("DynamicTile", lambda op, grad: [op.graph.create_op(
+    "DynamicTileGrad", [grad, op.inputs[0], op.inputs[1]]).outputs[0], None])
+
+
+def _dynamic_tile(x, multiples, name):
+    from .array_ops import shape_tensor  # it imports constant_ops
+    counts = shape_tensor(multiples, "tile")
+    return x.graph.create_op("DynamicTile", [x, counts], name=name or "Tile").outputs[0]

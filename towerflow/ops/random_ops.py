@@ -39,19 +39,41 @@ def _random_shape(inputs, attrs):
     return [(shape, attrs["dtype"])]
 
 
-for _op_type in ("RandomStandardNormal", "TruncatedNormal", "RandomUniform",
-                 "RandomUniformInt"):
+def _random_dims_shape(inputs, attrs):
+    from .shape_values import constant_value_as_shape  # it imports constant_ops
+    return [(constant_value_as_shape(inputs[0]), attrs["dtype"])]
+
+
+RANDOM_OP_TYPES = ("RandomStandardNormal", "TruncatedNormal", "RandomUniform",
+                   "RandomUniformInt")
+for _op_type in RANDOM_OP_TYPES:
     register_op(_op_type, _random_shape, stateful=True, shape_only_inputs=(0,))
+    # The same draw of a shape given as an int tensor read when the graph runs
+    # (``tf.random_normal([tf.shape(x)[0], 8])``).
+    register_op(_op_type + "Dims", _random_dims_shape, stateful=True)
 
 
 def _random_op(op_type, shape, dtype, seed, params, name):
     """A draw of ``shape``: static dims, or ``tf.shape(x)``/a constant tensor."""
-    static, like = _shape_argument(op_type, shape)
-    attrs = {"shape": static, "dtype": dtypes.as_dtype(dtype),
-             "seed": get_seed(seed), "params": params}
+    attrs = {"dtype": dtypes.as_dtype(dtype), "seed": get_seed(seed), "params": params}
     graph = core.get_default_graph()
-    return graph.create_op(op_type, [like] if like is not None else [], attrs,
-                           name=name).outputs[0]
+    if _has_run_time_dims(shape):
+        from .array_ops import shape_tensor  # it imports constant_ops
+        dims = shape_tensor(shape, op_type)
+        return graph.create_op(op_type + "Dims", [dims], dict(attrs, shape=None),
+                               name=name).outputs[0]
+    static, like = _shape_argument(op_type, shape)
+    return graph.create_op(op_type, [like] if like is not None else [],
+                           dict(attrs, shape=static), name=name).outputs[0]
+
+
+def _has_run_time_dims(shape):
+    """A list holding scalar tensors the graph does not fix, or a computed
+    tensor other than tf.shape(x): its values are read when the graph runs."""
+    if isinstance(shape, core.Tensor):
+        return constant_value(shape) is None and shape.op.type != "Shape"
+    return isinstance(shape, (list, tuple)) and any(
+        isinstance(dim, core.Tensor) and constant_value(dim) is None for dim in shape)
 
 
 def _shape_argument(op_type, shape):
@@ -59,15 +81,12 @@ def _shape_argument(op_type, shape):
     only at run time: the kernel then draws with the shape of x's value."""
     if isinstance(shape, core.Tensor):
         value = constant_value(shape)
-        if value is not None:
-            shape = value.tolist()
-        elif shape.op.type == "Shape":   # of a tensor whose shape is known at run time
+        if value is None:   # tf.shape(x) of an x whose shape is known at run time
             return None, shape.op.inputs[0]
-        else:
-            raise ValueError(
-                f"{op_type} needs a shape known when the graph is built, a constant "
-                f"tensor or tf.shape(x); got the computed tensor {shape.name} "
-                f"({shape.op.type})")
+        shape = value.tolist()
+    elif isinstance(shape, (list, tuple)):
+        shape = [constant_value(dim) if isinstance(dim, core.Tensor) else dim
+                 for dim in shape]
     dims = as_shape(shape)
     if not dims.is_fully_defined():
         raise ValueError(f"{op_type} needs a fully known shape, got {dims}")
@@ -145,8 +164,7 @@ def _check_float(what, dtype):
     if not dtypes.as_dtype(dtype).is_floating:
         raise ValueError(f"{what} needs a floating dtype, got {dtypes.as_dtype(dtype).name}")
 
-register_not_differentiable("RandomStandardNormal", "TruncatedNormal", "RandomUniform",
-                            "RandomUniformInt")
+register_not_differentiable(*RANDOM_OP_TYPES, *(op_type + "Dims" for op_type in RANDOM_OP_TYPES))
 
 
 def _multinomial_shape(inputs, attrs):

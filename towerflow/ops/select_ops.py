@@ -2,6 +2,7 @@
 and TF1's deprecated tf.arg_max / tf.arg_min."""
 
 from .. import dtypes
+from ..graph.dimension import dimension_value
 from ..graph.registry import register_gradient, register_not_differentiable, register_op
 from ..graph.shapes import TensorShape, unknown_shape
 from .array_ops import expand_dims
@@ -36,6 +37,7 @@ def top_k(input, k=1, sorted=True, name=None):
     TensorFlow). The gradient flows to the input through ``values``.
     """
     x = convert_to_tensor(input)
+    k = dimension_value(k)      # k = x.get_shape()[1] // 2, as TF1 programs write it
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"top_k needs k, a non-negative int, got {k!r}")
     op = x.graph.create_op("TopKV2", [x], {"k": k}, name=name or "TopKV2")
