@@ -111,6 +111,15 @@ from .ops import control_flow_grad as _control_flow_grad  # noqa: F401  (gradien
 from .ops.control_flow_ops import case, cond, map_fn, switch_case, while_loop
 # -- TF1's deprecated casts, still in classic programs --
 from .ops.math_ops import to_double, to_float, to_int32, to_int64
+# -- sparse updates: IndexedSlices gradients, scatter ops on variables (issue 34) --
+from .ops.indexed_slices import IndexedSlices, IndexedSlicesValue
+from .api import sparse
+from .ops.sparse_ops import (SparseTensor, SparseTensorValue, sparse_placeholder,
+                             sparse_reorder, sparse_tensor_dense_matmul,
+                             sparse_tensor_to_dense, sparse_to_dense)
+from .ops.state_scatter_ops import (scatter_add, scatter_div, scatter_max, scatter_min,
+                                    scatter_mul, scatter_nd_add, scatter_nd_sub,
+                                    scatter_nd_update, scatter_sub, scatter_update)
 from .session import ConfigProto, GPUOptions, InteractiveSession, Session, get_default_session
 from .graph.core import get_default_graph as _get_default_graph
 

@@ -6,7 +6,8 @@ definition (``registry.register_gradient``); this engine only
 
 - restricts the walk to ops that lie between ``xs`` and ``ys``,
 - sums the gradients that reach one tensor from several consumers (AddN, in
-  a fixed order),
+  a fixed order; IndexedSlices, the gradients of tf.gather, are concatenated
+  as TensorFlow does, see towerflow.ops.indexed_slices),
 - gives a gradient function zeros, never None, for the float outputs of its
   op that no gradient reached, and
 - sums a gradient back to its input's shape where the op broadcast it, in
@@ -25,7 +26,11 @@ tf.nn.conv2d_transpose)::
 
 from .graph import core, registry, shapes
 from .graph.registry import register_op
-from .ops import constant_ops, math_ops
+from .ops import constant_ops, indexed_slices, math_ops
+
+# The ops whose gradient functions take an IndexedSlices as it is (TF's
+# _IdGrad); any other op's gradient function gets it as a dense tensor.
+_SPARSE_GRADIENT_OPS = frozenset({"Identity"})
 
 
 def _unbroadcast_shape(inputs, attrs):
@@ -42,7 +47,9 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
 
     ``grad_ys`` weights each y (default: ones); a tensor in ``stop_gradients``
     is treated as a constant. Returns one tensor per x, or None where x does
-    not influence ys. Example: ``dw, db = tf.gradients(loss, [w, b])``.
+    not influence ys; the gradient of a table read only through ``tf.gather``
+    / ``tf.nn.embedding_lookup`` is a ``tf.IndexedSlices``, as in TensorFlow.
+    Example: ``dw, db = tf.gradients(loss, [w, b])``.
     """
     ys = [constant_ops.convert_to_tensor(y) for y in _as_list(ys)]
     xs = [_as_tensor(x) for x in _as_list(xs)]
@@ -113,6 +120,9 @@ def _backprop_op(graph, op, pending, between, xs, stopped):
                     for t in op.outputs]
     if all(grad is None for grad in output_grads):
         return
+    if op.type not in _SPARSE_GRADIENT_OPS:
+        with graph.colocate_with(op):
+            output_grads = [indexed_slices.densify(grad) for grad in output_grads]
     gradient_fn = op.op_def.gradient
     if gradient_fn is None:
         raise LookupError(f"No gradient defined for operation '{op.name}' (op type: "
@@ -126,8 +136,10 @@ def _backprop_op(graph, op, pending, between, xs, stopped):
             if grad is None or not tensor.dtype.is_floating:
                 continue
             if tensor in xs or (tensor.op in between and tensor not in stopped):
+                exact = op.op_def.exact_gradients or \
+                    isinstance(grad, indexed_slices.IndexedSlices)
                 pending.setdefault(tensor, []).append(
-                    grad if op.op_def.exact_gradients else _unbroadcast(grad, tensor))
+                    grad if exact else _unbroadcast(grad, tensor))
 
 
 def _zeros_for_missing(op, output_grads):
@@ -167,6 +179,8 @@ def _aggregate(graph, tensor, grads):
     if len(grads) == 1:
         return grads[0]
     with graph.colocate_with(tensor.op):
+        if any(isinstance(grad, indexed_slices.IndexedSlices) for grad in grads):
+            return indexed_slices.aggregate(grads)
         return math_ops.add_n(grads, name=f"{tensor.op.name.split('/')[-1]}_grad_sum")
 
 

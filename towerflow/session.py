@@ -18,7 +18,7 @@ from .graph import core
 from .log import logger
 from .placement import Placer, log_lines
 from .plan import Plan
-from .session_fetch import FetchMapper, structure_key
+from .session_fetch import FetchMapper, expand_feeds, structure_key
 
 
 class GPUOptions:
@@ -125,6 +125,8 @@ class Session:
         blocking op (a queue's dequeue or enqueue) waits in this run."""
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
+        if feed_dict:
+            feed_dict = expand_feeds(feed_dict)     # a SparseTensor's three tensors
         if run_metadata is not None and getattr(options, "trace_level", 0):
             with self._deadline(options), intra_op_threads(self._intra_op_threads):
                 return self._run_traced(fetches, feed_dict or {}, run_metadata)

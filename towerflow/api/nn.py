@@ -18,3 +18,8 @@ from ..ops.logistic_ops import (l2_normalize, sigmoid_cross_entropy_with_logits,
 # Recurrent networks: tf.nn.rnn_cell, static_rnn, dynamic_rnn (issue 16)
 from . import rnn_cell  # noqa: F401
 from .rnn import dynamic_rnn, static_rnn  # noqa: F401
+# Sampled losses and candidate samplers (issue 34)
+from ..ops.candidate_sampling_ops import (compute_accidental_hits,
+                                          log_uniform_candidate_sampler,
+                                          uniform_candidate_sampler)
+from ..ops.sampled_loss_ops import nce_loss, sampled_softmax_loss
