@@ -516,6 +516,13 @@ def test_sparse_tensor_to_dense_fetch_and_feed():
                                       [[0, 0], [0, 2], [0, 0], [3, 0]])
         np.testing.assert_array_equal(sess.run(fed, {placeholder: ([[0, 0]], [1.0], [1, 2])}),
                                       [[1, 0]])
+        with pytest.raises(TypeError, match="SparseTensorValue or an"):
+            sess.run(fed, {placeholder: np.zeros(2)})
+    fixed = tf.sparse_placeholder(tf.float32, shape=[2, 2])
+    assert fixed.shape.as_list() == [2, 2]
+    with tf.Session() as sess:      # its constant shape is fed too, as in TF
+        np.testing.assert_array_equal(sess.run(tf.sparse.to_dense(fixed), {
+            fixed: tf.SparseTensorValue([[1, 0]], [4.0], [2, 2])}), [[0, 0], [4, 0]])
 
 
 @pytest.mark.parametrize("indices, message", [

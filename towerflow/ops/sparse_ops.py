@@ -114,16 +114,18 @@ def sparse_placeholder(dtype, shape=None, name=None):
 
 
 def feeds_of(key, value):
-    """The (tensor, value) feeds that feeding ``value`` to the SparseTensor
-    ``key`` stands for (a constant dense shape is not fed)."""
+    """The (tensor, value) feeds that feeding ``value`` (a SparseTensorValue or
+    an (indices, values, dense_shape) triple) to the SparseTensor ``key``
+    stands for: all three, a constant dense shape too, as TF feeds them."""
     if isinstance(value, SparseTensor):
         raise TypeError(f"A SparseTensor cannot be fed a SparseTensor ({value}); feed a "
                         "tf.SparseTensorValue")
-    indices, values, dense_shape = value
-    feeds = [(key.indices, indices), (key.values, values)]
-    if key.dense_shape.op.type != "Const":
-        feeds.append((key.dense_shape, dense_shape))
-    return feeds
+    try:
+        indices, values, dense_shape = value
+    except (TypeError, ValueError):
+        raise TypeError(f"The value fed to a SparseTensor must be a SparseTensorValue or "
+                        f"an (indices, values, dense_shape) triple, got {value!r}") from None
+    return [(key.indices, indices), (key.values, values), (key.dense_shape, dense_shape)]
 
 
 # -- sparse_to_dense ----------------------------------------------------------------
