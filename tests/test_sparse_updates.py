@@ -536,6 +536,22 @@ def test_to_dense_validates_indices_as_tf(indices, message):
         sess.run(dense)
 
 
+def test_sparse_to_dense_takes_vector_indices_and_a_scalar_value():
+    dense = tf.sparse_to_dense(tf.constant([4, 1], tf.int32), [6], 2.5, default_value=-1.0,
+                               validate_indices=False)     # unsorted: TF refuses to check
+    checked = tf.sparse_to_dense(tf.constant([4, 1], tf.int32), [6], 2.5)
+    matrix = tf.sparse_to_dense([[0, 2], [1, 1]], tf.constant([2, 3]), [7, 8])
+    assert dense.shape.as_list() == [6] and matrix.dtype == tf.int32
+    with tf.Session() as sess:
+        np.testing.assert_array_equal(sess.run(dense), [-1, 2.5, -1, -1, 2.5, -1])
+        np.testing.assert_array_equal(sess.run(matrix), [[0, 0, 7], [0, 8, 0]])
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"indices\[1\] = \[1\] is out of order"):
+            sess.run(checked)
+    assert tf.sparse.matmul is tf.sparse_tensor_dense_matmul
+    assert tf.sparse.placeholder is tf.sparse_placeholder
+
+
 def test_reorder_sorts_entries_row_major():
     sparse = tf.SparseTensor([[2, 0], [0, 3], [0, 1]], [1.0, 2.0, 3.0], [3, 4])
     reordered = tf.sparse.reorder(sparse)
