@@ -120,7 +120,8 @@ def _backprop_op(graph, op, pending, between, xs, stopped):
                     for t in op.outputs]
     if all(grad is None for grad in output_grads):
         return
-    if op.type not in _SPARSE_GRADIENT_OPS:
+    if op.type not in _SPARSE_GRADIENT_OPS and \
+            any(isinstance(grad, indexed_slices.IndexedSlices) for grad in output_grads):
         with graph.colocate_with(op):
             output_grads = [indexed_slices.densify(grad) for grad in output_grads]
     gradient_fn = op.op_def.gradient
