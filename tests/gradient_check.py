@@ -95,7 +95,9 @@ class GradientCheck:
                                   for y, r in zip(self.outputs, self.weights)])
             self.wrt = case.wrt if case.wrt is not None else tuple(
                 i for i, a in enumerate(self.arrays) if a.dtype.kind == "f")
-            self.grads = tf.gradients(self.loss, [self.feeds[i] for i in self.wrt])
+            # An IndexedSlices (tf.gather's gradient) is compared dense, as TF's checker does.
+            self.grads = [g if not isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+                          for g in tf.gradients(self.loss, [self.feeds[i] for i in self.wrt])]
         self.session = tf.Session()
         values = self.session.run(self.outputs, dict(zip(self.feeds, self.arrays)))
         self.weight_values = [rng.standard_normal(np.shape(v)).astype(v.dtype) for v in values]

@@ -421,13 +421,15 @@ def test_every_differentiable_op_type_has_a_gradient_check():
     import test_index_ops
     import test_nn_names
     import test_second_order
+    import test_sparse_updates
     covered = built_op_types(CASES + test_gradients_nn.CASES + test_index_ops.GRAD_CASES +
                              test_second_order.CASES + test_second_order.WGAN_GP +
                              test_nn_names.GRAD_CASES +
                              test_image_ops.GRAD_CASES + test_array_ops_gradients.GRAD_CASES +
                              test_debugging_ops.GRAD_CASES +
                              test_conv_transpose_depthwise.GRAD_CASES +
-                             test_control_flow.GRAD_CASES + test_control_flow.COND_GRAD_CASES)
+                             test_control_flow.GRAD_CASES + test_control_flow.COND_GRAD_CASES +
+                             test_sparse_updates.GRAD_CASES)
     differentiable = {op_type for op_type in registry.registered_op_types()
                       if registry.get_op_def(op_type).gradient
                       not in (None, registry.not_differentiable)}

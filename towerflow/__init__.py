@@ -141,6 +141,15 @@ from .ops.linalg_ops import (cholesky, eye, matrix_band_part, matrix_determinant
 from .ops.sequence_ops import lin_space, linspace, meshgrid, reverse_sequence
 from .api.linalg import cholesky_solve
 from .api.math import log_sigmoid
+# -- sparse updates: IndexedSlices gradients, scatter ops on variables (issue 34) --
+from .ops.indexed_slices import IndexedSlices, IndexedSlicesValue
+from .api import sparse
+from .ops.sparse_ops import (SparseTensor, SparseTensorValue, sparse_placeholder,
+                             sparse_reorder, sparse_tensor_dense_matmul,
+                             sparse_tensor_to_dense, sparse_to_dense)
+from .ops.state_scatter_ops import (scatter_add, scatter_div, scatter_max, scatter_min,
+                                    scatter_mul, scatter_nd_add, scatter_nd_sub,
+                                    scatter_nd_update, scatter_sub, scatter_update)
 from .session import ConfigProto, GPUOptions, InteractiveSession, Session, get_default_session
 from .graph.core import get_default_graph as _get_default_graph
 

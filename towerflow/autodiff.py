@@ -6,7 +6,8 @@ definition (``registry.register_gradient``); this engine only
 
 - restricts the walk to ops that lie between ``xs`` and ``ys``,
 - sums the gradients that reach one tensor from several consumers (AddN, in
-  a fixed order),
+  a fixed order; IndexedSlices, the gradients of tf.gather, are concatenated
+  as TensorFlow does, see towerflow.ops.indexed_slices),
 - gives a gradient function zeros, never None, for the float outputs of its
   op that no gradient reached, and
 - sums a gradient back to its input's shape where the op broadcast it, in
@@ -24,7 +25,11 @@ Conv2DBackpropFilter, ...) have gradients of their own
 
 from .graph import core, registry, shapes
 from .graph.registry import register_op
-from .ops import constant_ops, math_ops
+from .ops import constant_ops, indexed_slices, math_ops
+
+# The ops whose gradient functions take an IndexedSlices as it is (TF's
+# _IdGrad); any other op's gradient function gets it as a dense tensor.
+_SPARSE_GRADIENT_OPS = frozenset({"Identity"})
 
 
 def _unbroadcast_shape(inputs, attrs):
@@ -41,7 +46,9 @@ def gradients(ys, xs, grad_ys=None, name="gradients", stop_gradients=None):
 
     ``grad_ys`` weights each y (default: ones); a tensor in ``stop_gradients``
     is treated as a constant. Returns one tensor per x, or None where x does
-    not influence ys. Example: ``dw, db = tf.gradients(loss, [w, b])``.
+    not influence ys; the gradient of a table read only through ``tf.gather``
+    / ``tf.nn.embedding_lookup`` is a ``tf.IndexedSlices``, as in TensorFlow.
+    Example: ``dw, db = tf.gradients(loss, [w, b])``.
     """
     ys = [constant_ops.convert_to_tensor(y) for y in _as_list(ys)]
     xs = [_as_tensor(x) for x in _as_list(xs)]
@@ -148,6 +155,10 @@ def _backprop_op(graph, op, pending, between, xs, stopped):
                     for t in op.outputs]
     if all(grad is None for grad in output_grads):
         return
+    if op.type not in _SPARSE_GRADIENT_OPS and \
+            any(isinstance(grad, indexed_slices.IndexedSlices) for grad in output_grads):
+        with graph.colocate_with(op):
+            output_grads = [indexed_slices.densify(grad) for grad in output_grads]
     try:
         gradient_fn = registry.gradient_of(op)
     except LookupError:
@@ -166,14 +177,16 @@ def _backprop_op(graph, op, pending, between, xs, stopped):
             if grad is None or not tensor.dtype.is_floating:
                 continue
             if tensor in xs or (tensor.op in between and tensor not in stopped):
+                # an IndexedSlices has its variable's shape by construction
+                as_is = exact or isinstance(grad, indexed_slices.IndexedSlices)
                 pending.setdefault(tensor, []).append(
-                    grad if exact else _unbroadcast(grad, tensor))
+                    grad if as_is else _unbroadcast(grad, tensor))
 
 
 def _grads_as_list(grads):
     """A gradient function's result as a list: TF takes one tensor (or None)
     from the gradient of a one-input op."""
-    if grads is None or isinstance(grads, core.Tensor):
+    if grads is None or isinstance(grads, (core.Tensor, indexed_slices.IndexedSlices)):
         return [grads]
     return list(grads)
 
@@ -215,6 +228,8 @@ def _aggregate(graph, tensor, grads):
     if len(grads) == 1:
         return grads[0]
     with graph.colocate_with(tensor.op):
+        if any(isinstance(grad, indexed_slices.IndexedSlices) for grad in grads):
+            return indexed_slices.aggregate(grads)
         return math_ops.add_n(grads, name=f"{tensor.op.name.split('/')[-1]}_grad_sum")
 
 

@@ -29,7 +29,7 @@ import threading
 
 from . import dtypes
 from .graph import core
-from .ops import array_ops, constant_ops, math_ops, state_ops
+from .ops import array_ops, constant_ops, indexed_slices, math_ops, state_ops
 from .train.optimizer import Optimizer
 
 POLICY_NAMES = ("float32", "float64", "mixed_float16", "mixed_bfloat16")
@@ -134,8 +134,10 @@ class LossScaleOptimizer(Optimizer):
             return list(grads)
         with graph.as_default():
             inverse = 1.0 / self._scale_read(graph)
-            return [None if grad is None else
-                    grad * math_ops.cast_if_needed(inverse, grad.dtype) for grad in grads]
+            # an IndexedSlices (tf.gather's gradient) is scaled through its values
+            return [None if grad is None else indexed_slices.map_values(
+                lambda values: values * math_ops.cast_if_needed(inverse, values.dtype), grad)
+                for grad in grads]
 
     def _scale_read(self, graph):
         """One read of the scale for every tower of the step being built: the
@@ -217,7 +219,8 @@ class LossScaleOptimizer(Optimizer):
 def _all_finite(grads):
     """One bool scalar: every element of every gradient is finite."""
     return math_ops.reduce_all(array_ops.stack(
-        [math_ops.reduce_all(math_ops.is_finite(grad)) for grad in grads]))
+        [math_ops.reduce_all(math_ops.is_finite(indexed_slices.values_of(grad)))
+         for grad in grads]))
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
 from .api import missing as _missing

@@ -18,7 +18,7 @@ from .graph import core
 from .log import logger
 from .placement import Placer, log_lines
 from .plan import Plan
-from .session_fetch import FetchMapper, flat_feed_dict, structure_key
+from .session_fetch import FetchMapper, expand_feeds, flat_feed_dict, structure_key
 
 
 class GPUOptions:
@@ -128,7 +128,8 @@ class Session:
         if self._closed:
             raise RuntimeError("Attempted to use a closed Session.")
         if feed_dict:
-            feed_dict = flat_feed_dict(feed_dict)
+            # tuple keys leaf by leaf, then a SparseTensor's three tensors
+            feed_dict = expand_feeds(flat_feed_dict(feed_dict))
         if run_metadata is not None and getattr(options, "trace_level", 0):
             with self._deadline(options), intra_op_threads(self._intra_op_threads):
                 return self._run_traced(fetches, feed_dict or {}, run_metadata)

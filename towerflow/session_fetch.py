@@ -2,7 +2,9 @@
 lists, tuples, namedtuples and dicts of fetchable elements to a flat target
 list, and rebuild the same nesting from the flat values; flatten feed_dict
 keys that are (nested) tuples of tensors, as TF 1.15's
-``nest.flatten_dict_items``."""
+``nest.flatten_dict_items``. A SparseTensor or IndexedSlices is fetched as
+its tensors and comes back as a SparseTensorValue / IndexedSlicesValue (their
+``_fetch_parts``); feeding a SparseTensor feeds its tensors (``expand_feeds``)."""
 
 from . import errors
 from .graph.core import Operation, Tensor
@@ -78,6 +80,10 @@ class FetchMapper:
         if _is_namedtuple(fetches):
             children = [self._builder(item) for item in fetches]
             return lambda values: type(fetches)(*[child(values) for child in children])
+        if hasattr(fetches, "_fetch_parts"):
+            make_value, parts = fetches._fetch_parts()
+            children = [self._builder(part) for part in parts]
+            return lambda values: make_value(*[child(values) for child in children])
         if isinstance(fetches, dict):
             children = {key: self._builder(value) for key, value in fetches.items()}
             return lambda values: type(fetches)(
@@ -109,3 +115,17 @@ class FetchMapper:
 
 def _is_namedtuple(value):
     return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def expand_feeds(feed_dict):
+    """``feed_dict`` with each SparseTensor key (``_feeds_of``) replaced by the
+    feeds of its tensors; the dict itself when it has none."""
+    if not any(hasattr(key, "_feeds_of") for key in feed_dict):
+        return feed_dict
+    expanded = {}
+    for key, value in feed_dict.items():
+        if hasattr(key, "_feeds_of"):
+            expanded.update(key._feeds_of(value))
+        else:
+            expanded[key] = value
+    return expanded

@@ -26,6 +26,12 @@ from ..ops.nn_ops import xw_plus_b  # noqa: F401
 from ..ops.norm_ops import weighted_moments  # noqa: F401
 from .rnn import bidirectional_dynamic_rnn  # noqa: F401
 
+# Sampled losses and candidate samplers (issue 34)
+from ..ops.candidate_sampling_ops import (compute_accidental_hits,
+                                          log_uniform_candidate_sampler,
+                                          uniform_candidate_sampler)
+from ..ops.sampled_loss_ops import nce_loss, sampled_softmax_loss
+
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
 from . import missing as _missing
 

@@ -44,7 +44,11 @@ NATIVE_BFLOAT16_KERNELS = frozenset({
     "IsFinite", "IsNan", "IsInf",
     "VariableV2", "ReadVariable", "Assign", "AssignAdd", "AssignSub",
     "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam", "LearningRateSchedule",
-    "ApplyRMSProp", "ApplyCenteredRMSProp", "ApplyAdagrad", "ApplyAdadelta",
+    "ApplyRMSProp", "ApplyCenteredRMSProp", "ApplyAdagrad", "ApplyAdadelta", "ApplyFtrl",
+    "SparseApplyMomentum", "SparseApplyAdagrad", "SparseApplyRMSProp",
+    "SparseApplyCenteredRMSProp", "SparseApplyAdadelta", "SparseApplyFtrl", "SparseApplyAdam",
+    "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMax",
+    "ScatterMin", "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub",
     # control flow: the body plans' own kernels handle bfloat16
     "BodyArg", "While", "WhileGrad", "If",
 })

@@ -1,18 +1,20 @@
 """Kernels that exist on the CPU only, as in TensorFlow: ``PrintV2`` and
 ``Print`` write to a Python stream, ``PyFunc`` calls Python. The placer keeps
-their ops on the CPU (no GPU registers them)."""
+their ops on the CPU (no GPU registers them); so do the candidate samplers."""
 
 import sys
 import threading
 
 import numpy as np
 
+from .candidate_sampling_kernels import build_candidate_sampling_kernels
 from .debugging_kernels import summarize_value
 from .script_kernels import build_script_kernels
 
 
 def build_host_kernels():
-    return {"PrintV2": _print_kernel, "Print": _print_v1_kernel, **build_script_kernels()}
+    return {"PrintV2": _print_kernel, "Print": _print_v1_kernel, **build_script_kernels(),
+            **build_candidate_sampling_kernels()}
 
 
 def _print_v1_kernel(ctx):

@@ -23,6 +23,7 @@ def build_index_kernels(xp):
             "Range": functools.partial(_range, xp),
             "GatherV2": functools.partial(_gather, xp),
             "GatherGrad": functools.partial(_gather_grad, xp),
+            "IndexedSlicesToDense": functools.partial(_indexed_slices_to_dense, xp),
             "OneHot": functools.partial(_one_hot, xp),
             "TopKV2": functools.partial(_top_k, xp),
             "InTopKV2": functools.partial(_in_top_k, xp),
@@ -181,6 +182,23 @@ def _gather_grad(xp, ctx):
         xp.add.at(out, indices, moved)
         return xp.moveaxis(out, 0, axis)
     return scatter_add
+
+
+def _indexed_slices_to_dense(xp, ctx):
+    """TF's unsorted_segment_sum(values, indices, dense_shape[0]): zeros with
+    the rows of ``values`` added at ``indices`` (repeated ones add up)."""
+    def to_dense(values, indices, dense_shape):
+        rows = int(dense_shape[0])          # NOTE: a host read on a GPU
+        outside = (indices < 0) | (indices >= rows)
+        if indices.size and bool(outside.any()):
+            first = int(xp.argmax(outside))
+            raise errors.InvalidArgumentError(  # segment_reduction_ops.cc's words
+                None, None, f"segment_ids[{first}] = {int(indices[first])} is out of "
+                f"range [0, {rows})")
+        out = xp.zeros((rows,) + tuple(values.shape[1:]), values.dtype)
+        xp.add.at(out, indices, values)
+        return out
+    return to_dense
 
 
 def _one_hot(xp, ctx):

@@ -31,6 +31,9 @@ from .parallel_kernels import build_parallel_kernels
 from .reduction_kernels import build_reduction_kernels
 from .scatter_kernels import build_scatter_kernels
 from .sort_kernels import build_sort_kernels
+from .sparse_kernels import build_sparse_kernels
+from .sparse_training_kernels import build_sparse_training_kernels
+from .state_scatter_kernels import build_state_scatter_kernels
 from .training_kernels import build_training_kernels
 
 
@@ -49,6 +52,9 @@ def build_kernels(xp, parallel=SERIAL, fused_updates=None):
     table.update(build_activation_kernels(xp, parallel))
     table.update(build_nn_kernels(xp, parallel))
     table.update(build_training_kernels(xp, fused_updates))
+    table.update(build_sparse_training_kernels(xp))
+    table.update(build_state_scatter_kernels(xp))
+    table.update(build_sparse_kernels(xp))
     table.update(build_parallel_kernels(xp))
     table.update(build_index_kernels(xp))
     table.update(build_image_kernels(xp))

@@ -36,6 +36,7 @@ def build_training_kernels(xp, fused_updates=None):
         "ApplyCenteredRMSProp": lambda ctx: _gated(xp, ctx, _centered_rms_prop_kernel(xp, ctx)),
         "ApplyAdagrad": lambda ctx: _gated(xp, ctx, _adagrad_kernel(xp, ctx, fused_updates)),
         "ApplyAdadelta": lambda ctx: _gated(xp, ctx, _adadelta_kernel(xp, ctx)),
+        "ApplyFtrl": lambda ctx: _gated(xp, ctx, _ftrl_kernel(xp, ctx)),
         "LearningRateSchedule": lambda ctx: _schedule_kernel(xp, ctx),
     }
 
@@ -329,6 +330,19 @@ def _adadelta_kernel(xp, ctx):
         _running_mean_square(xp, accum_update, update, rho, other)
         xp.multiply(update, learning_rate, out=update)
         return xp.subtract(var, update, out=var)
+    return apply
+
+
+def _ftrl_kernel(xp, ctx):
+    from .sparse_training_kernels import ftrl_update
+    var_cell, (accum_cell, linear_cell), _, fail = _setup(ctx)
+
+    def apply(grad, *hypers):
+        var, accum, linear = var_cell.value, accum_cell.value, linear_cell.value
+        if var is None or accum is None or linear is None or grad.shape != var.shape:
+            fail(var, grad, accum, linear)
+        ftrl_update(xp, [hyper.item() for hyper in hypers], grad, var, accum, linear)
+        return var
     return apply
 
 

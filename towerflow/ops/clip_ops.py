@@ -1,8 +1,22 @@
 """Clipping values and gradients: ``clip_by_value``, ``clip_by_norm``,
-``global_norm``, ``clip_by_global_norm``."""
+``global_norm``, ``clip_by_global_norm``. As in TensorFlow 1.15, an
+IndexedSlices (a gradient of tf.gather) is clipped through its values, rows
+as they are (a repeated index counts once per row), and stays IndexedSlices."""
 
 from . import math_ops
 from .constant_ops import convert_to_tensor, ones_like
+from .indexed_slices import IndexedSlices
+
+
+def _values_of(t):
+    """The tensor a norm is taken of: an IndexedSlices' values, else ``t``."""
+    return convert_to_tensor(t.values if isinstance(t, IndexedSlices) else t)
+
+
+def _like(t, values):
+    """``values`` in the form of ``t``: IndexedSlices at its rows, or a tensor."""
+    return IndexedSlices(values, t.indices, t.dense_shape) if isinstance(t, IndexedSlices) \
+        else values
 
 
 def clip_by_value(t, clip_value_min, clip_value_max, name=None):
@@ -17,6 +31,8 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
     ``clip_norm``: ``t * clip_norm / max(norm, clip_norm)``, as TF 1.15 computes
     it (an all-zero ``t`` stays zero, with a finite gradient).
     ``tf.clip_by_norm([3.0, 4.0], 1.0)`` gives ``[0.6, 0.8]``."""
+    if isinstance(t, IndexedSlices):
+        return _like(t, clip_by_norm(t.values, clip_norm, axes, name))
     t = convert_to_tensor(t)
     squares = math_ops.reduce_sum(t * t, axes, keepdims=True)
     nonzero = math_ops.greater(squares, 0.0)
@@ -30,7 +46,7 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
 
 def global_norm(t_list, name=None):
     """sqrt(sum of squares of every element of every tensor); None entries are skipped."""
-    tensors = [convert_to_tensor(t) for t in t_list if t is not None]
+    tensors = [_values_of(t) for t in t_list if t is not None]
     if not tensors:
         raise ValueError("global_norm needs at least one tensor")
     squares = [math_ops.reduce_sum(math_ops.square(t)) for t in tensors]
@@ -44,11 +60,10 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     t_list = list(t_list)
     norm = use_norm if use_norm is not None else global_norm(t_list)
     scale = clip_norm / math_ops.maximum(norm, clip_norm)
-    clipped = [None if t is None else math_ops.multiply(t, math_ops.cast(scale, t.dtype),
-                                                        name=name)
-               for t in map(_maybe_tensor, t_list)]
+    clipped = [None if t is None else _like(t, _scaled(_values_of(t), scale, name))
+               for t in t_list]
     return clipped, norm
 
 
-def _maybe_tensor(value):
-    return None if value is None else convert_to_tensor(value)
+def _scaled(values, scale, name):
+    return math_ops.multiply(values, math_ops.cast(scale, values.dtype), name=name)

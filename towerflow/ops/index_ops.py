@@ -102,8 +102,9 @@ def gather(params, indices, validate_indices=None, name=None, axis=0):
         tf.gather(x, [2, 0], axis=1)           # columns 2 and 0
 
     Indices outside [0, size) are an error (TensorFlow's CPU rule, on every
-    device). The gradient is dense (the rows summed into zeros shaped as
-    ``params``), where TensorFlow returns IndexedSlices.
+    device). Along axis 0 the gradient with respect to ``params`` is a
+    ``tf.IndexedSlices`` (the gathered rows' gradients at ``indices``), as in
+    TensorFlow 1.15; along another axis it is dense.
     """
     params = convert_to_tensor(params)
     indices = convert_to_tensor(indices)
@@ -157,9 +158,28 @@ register_op("GatherGrad", lambda inputs, attrs: [(inputs[1].shape, inputs[0].dty
 
 def _gather_grad(op, grad):
     params, indices = op.inputs
+    if op.attrs["axis"] == 0:
+        return [_gathered_rows(params, indices, grad), None]
     grad_params = op.graph.create_op("GatherGrad", [grad, params, indices],
                                      {"axis": op.attrs["axis"]}).outputs[0]
     return [grad_params, None]
+
+
+def _gathered_rows(params, indices, grad):
+    """TF 1.15's _GatherV2Grad along axis 0: IndexedSlices of the gradient's
+    rows (one per index, flattened) at the indices, dense shape = params'."""
+    from .array_ops import reshape, shape
+    from .indexed_slices import IndexedSlices
+    if params.shape.is_fully_defined():     # TF's shape() folds to a constant too
+        dense_shape = constant(params.shape.as_list(), dtype=dtypes.int32)
+    else:
+        dense_shape = shape(params)
+    row_dims = params.shape.dims[1:] if params.shape.ndims is not None else None
+    if row_dims is not None and None not in row_dims:
+        values = reshape(grad, [-1] + list(row_dims))
+    else:
+        values = reshape(grad, concat([constant([-1]), dense_shape[1:]], 0))
+    return IndexedSlices(values, reshape(indices, [-1]), dense_shape)
 
 
 register_gradient("GatherV2", _gather_grad)

@@ -268,12 +268,17 @@ def _loss_and_metrics(result):
 
 def _gradients(loss, variables):
     from .. import autodiff
+    from ..ops.indexed_slices import densify
     grads = autodiff.gradients(loss, variables)
     missing = [var.name for var, grad in zip(variables, grads) if grad is None]
     if missing:
         raise ValueError(f"The tower loss does not depend on the variables {missing}; "
                          "create only trainable variables the loss uses inside tower_fn")
-    return grads
+    # NOTE: an IndexedSlices gradient (tf.gather's, an embedding's) is made dense
+    # in its tower: the all-reduce sums dense buckets, and every replica then
+    # applies the same dense update (TF's MirroredStrategy gathers the slices
+    # to one device instead).
+    return [densify(grad) for grad in grads]
 
 
 def _mirror(graph, tower_variables):

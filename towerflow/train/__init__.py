@@ -13,7 +13,8 @@ from .training_util import (create_global_step, get_global_step, get_or_create_g
                           global_step)
 from .optimizer import Optimizer
 from .optimizers import (AdadeltaOptimizer, AdagradOptimizer, AdamOptimizer, AdamWOptimizer,
-                         GradientDescentOptimizer, MomentumOptimizer, RMSPropOptimizer)
+                         FtrlOptimizer, GradientDescentOptimizer, MomentumOptimizer,
+                         RMSPropOptimizer)
 from .schedules import (cosine_decay, exponential_decay, inverse_time_decay,
                         learning_rate_schedule, linear_warmup, natural_exp_decay, one_cycle,
                         piecewise_constant, polynomial_decay)

@@ -2,7 +2,9 @@
 
 A subclass says which slots each variable needs (``_create_slots``), which
 hyperparameters it takes (``_hyper_values``) and how one variable is updated
-(``_apply_dense``, one in-place kernel op); the base class does the rest::
+(``_apply_dense``, one in-place kernel op; ``_apply_sparse`` for an
+IndexedSlices gradient, the gradient of tf.gather, which updates only its
+rows as TensorFlow 1.15 does); the base class does the rest::
 
     opt = tf.train.MomentumOptimizer(0.1, momentum=0.9)
     grads_and_vars = opt.compute_gradients(loss)        # [(grad, var), ...]
@@ -14,6 +16,7 @@ from .. import autodiff
 from ..graph import core
 from ..graph.core import GraphKeys
 from ..ops import array_ops, constant_ops, math_ops, state_ops
+from ..ops.indexed_slices import IndexedSlices, densify
 from .training_ops import colocated_with
 
 
@@ -142,6 +145,16 @@ class Optimizer:
         ``gate=self._gate`` to its training op (see ``_apply_gradients``)."""
         raise NotImplementedError
 
+    def _apply_sparse(self, grad, var):
+        """The op that updates the rows of ``var`` that the IndexedSlices ``grad``
+        names (TF sums a repeated index's rows first; the sparse kernels do).
+        None: this optimizer has no sparse update, and the gradient is made dense."""
+
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        """TF's hook for an IndexedSlices that may repeat an index: by default
+        ``_apply_sparse``, whose kernel sums the repeated rows."""
+        return self._apply_sparse(grad, var)
+
     def _finish(self, update_ops, name_scope):
         """The op that completes a step once every update has run (a state change
         here must keep the old value where ``self._gate`` is false)."""
@@ -190,6 +203,15 @@ class Optimizer:
 
     def _update(self, graph, grad, var):
         with graph.name_scope("update_" + var.op.name):
+            if isinstance(grad, IndexedSlices):
+                # NOTE: a gated step (loss scaling) and decoupled weight decay
+                # (every row shrinks) take the dense path.
+                if self._gate is None and not getattr(self, "_weight_decay", 0):
+                    update = self._apply_sparse_duplicate_indices(grad, var)
+                    if update is not None:
+                        return update
+                with graph.colocate_with(var.op):
+                    grad = densify(grad)
             return self._apply_dense(grad, var)
 
 
@@ -200,6 +222,11 @@ def _check_variable(var):
 
 
 def _as_gradient(grad, var):
+    if isinstance(grad, IndexedSlices):
+        if grad.dtype is not var.dtype:
+            raise TypeError(f"The gradient {grad.name} of variable {var.op.name} is "
+                            f"{grad.dtype.name}; it must be {var.dtype.name}, as the variable")
+        return grad
     grad = constant_ops.convert_to_tensor(grad)
     if grad.dtype is not var.dtype:
         raise TypeError(f"The gradient {grad.name} of variable {var.op.name} is "

@@ -1,6 +1,8 @@
-"""Gradient descent, momentum, Adam, RMSProp, Adagrad and Adadelta, with
+"""Gradient descent, momentum, Adam, RMSProp, Adagrad, Adadelta and FTRL, with
 TensorFlow 1.x's formulas and slots, and decoupled weight decay (SGDW / AdamW)
-on the first three.
+on the first three. An IndexedSlices gradient (tf.gather's) updates only its
+rows, with TF 1.15's sparse kernels (Adam's sparse update still decays all
+of m and v and moves every row, as TF 1.15's does).
 
 ``learning_rate`` (and every other hyperparameter but Adagrad's
 ``initial_accumulator_value``) may be a float or a scalar tensor, e.g. a
@@ -16,8 +18,8 @@ gradient step (Loshchilov & Hutter's decoupled decay, PyTorch's AdamW).
 """
 
 from .. import dtypes
-from ..ops import array_ops, math_ops
-from . import training_ops
+from ..ops import array_ops, math_ops, state_scatter_ops
+from . import sparse_training_ops, training_ops
 from ..graph import core
 from .optimizer import Optimizer, as_scalar
 
@@ -49,6 +51,12 @@ class GradientDescentOptimizer(Optimizer):
             var, self._hyper("learning_rate", var.dtype), grad, self._weight_decay,
             gate=self._gate)
 
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        # TF 1.15: var.scatter_sub(lr * values), a repeated index subtracted each time
+        with training_ops.colocated_with(var):
+            delta = grad.values * self._hyper("learning_rate", var.dtype)
+            return state_scatter_ops.scatter_sub(var, grad.indices, delta).op
+
 
 class MomentumOptimizer(Optimizer):
     """``accum = momentum * accum + grad; var -= learning_rate * accum``; with
@@ -78,6 +86,11 @@ class MomentumOptimizer(Optimizer):
             var, self.get_slot(var, "momentum"), self._hyper("learning_rate", var.dtype),
             grad, self._hyper("momentum", var.dtype), self._use_nesterov,
             self._weight_decay, gate=self._gate)
+
+    def _apply_sparse(self, grad, var):
+        return sparse_training_ops.sparse_apply_momentum(
+            var, self.get_slot(var, "momentum"), self._hyper("learning_rate", var.dtype),
+            grad, self._hyper("momentum", var.dtype), self._use_nesterov)
 
 
 class AdamOptimizer(Optimizer):
@@ -129,6 +142,14 @@ class AdamOptimizer(Optimizer):
         return training_ops.apply_adam(
             var, self.get_slot(var, "m"), self.get_slot(var, "v"), *powers, *hypers, grad,
             weight_decay=self._weight_decay, gate=self._gate)
+
+    def _apply_sparse(self, grad, var):
+        powers = [math_ops.cast_if_needed(power.value(), var.dtype)
+                  for power in self._beta_powers(var.graph)]
+        hypers = [self._hyper(name, var.dtype)
+                  for name in ("learning_rate", "beta1", "beta2", "epsilon")]
+        return sparse_training_ops.sparse_apply_adam(
+            var, self.get_slot(var, "m"), self.get_slot(var, "v"), *powers, *hypers, grad)
 
     def _gated(self, new_value, variable):
         """``new_value``, or the variable's value on a step the gate skips."""
@@ -201,6 +222,15 @@ class RMSPropOptimizer(Optimizer):
                 var, self.get_slot(var, "mg"), rms, mom, *hypers, grad, gate=self._gate)
         return training_ops.apply_rms_prop(var, rms, mom, *hypers, grad, gate=self._gate)
 
+    def _apply_sparse(self, grad, var):
+        hypers = [self._hyper(name, var.dtype)
+                  for name in ("learning_rate", "decay", "momentum", "epsilon")]
+        rms, mom = self.get_slot(var, "rms"), self.get_slot(var, "momentum")
+        if self._centered:
+            return sparse_training_ops.sparse_apply_centered_rms_prop(
+                var, self.get_slot(var, "mg"), rms, mom, *hypers, grad)
+        return sparse_training_ops.sparse_apply_rms_prop(var, rms, mom, *hypers, grad)
+
 
 class AdagradOptimizer(Optimizer):
     """Adagrad as TensorFlow 1.x has it: ``accumulator += grad^2``,
@@ -232,6 +262,11 @@ class AdagradOptimizer(Optimizer):
             var, self.get_slot(var, "accumulator"), self._hyper("learning_rate", var.dtype),
             grad, gate=self._gate)
 
+    def _apply_sparse(self, grad, var):
+        return sparse_training_ops.sparse_apply_adagrad(
+            var, self.get_slot(var, "accumulator"), self._hyper("learning_rate", var.dtype),
+            grad)
+
 
 class AdadeltaOptimizer(Optimizer):
     """Adadelta as TensorFlow 1.x has it: ``accum = rho * accum + (1 - rho) * grad^2``,
@@ -262,3 +297,78 @@ class AdadeltaOptimizer(Optimizer):
         return training_ops.apply_adadelta(
             var, self.get_slot(var, "accum"), self.get_slot(var, "accum_update"), *hypers,
             grad, gate=self._gate)
+
+    def _apply_sparse(self, grad, var):
+        hypers = [self._hyper(name, var.dtype) for name in ("learning_rate", "rho", "epsilon")]
+        return sparse_training_ops.sparse_apply_adadelta(
+            var, self.get_slot(var, "accum"), self.get_slot(var, "accum_update"), *hypers,
+            grad)
+
+
+class FtrlOptimizer(Optimizer):
+    """FTRL-proximal as TensorFlow 1.15 has it (McMahan et al., "Ad Click
+    Prediction"), with online L1/L2 and, given
+    ``l2_shrinkage_regularization_strength``, shrinkage-type L2 (TF's
+    ApplyFtrlV2): per element, with ``p = learning_rate_power``,
+    ``linear += g + 2 l2_shrinkage var - ((accum + g^2)^-p - accum^-p) / lr * var``,
+    ``accum += g^2``, ``var = (sign(linear) l1 - linear) / (accum^-p / lr + 2 l2)``
+    where ``|linear| > l1``, else 0. Slots 'accum' (starting at
+    ``initial_accumulator_value``) and 'linear' (zeros): variables 'w/Ftrl',
+    'w/Ftrl_1' (or ``accum_name`` / ``linear_name``).
+
+    Example: ``tf.train.FtrlOptimizer(0.1, l1_regularization_strength=0.01).minimize(loss)``.
+    """
+
+    def __init__(self, learning_rate, learning_rate_power=-0.5, initial_accumulator_value=0.1,
+                 l1_regularization_strength=0.0, l2_regularization_strength=0.0,
+                 use_locking=False, name="Ftrl", accum_name=None, linear_name=None,
+                 l2_shrinkage_regularization_strength=0.0):
+        super().__init__(use_locking, name)
+        _check_ftrl_arguments(initial_accumulator_value, learning_rate_power,
+                              l1_regularization_strength, l2_regularization_strength,
+                              l2_shrinkage_regularization_strength)
+        self._learning_rate = learning_rate
+        self._hypers = {"learning_rate_power": learning_rate_power,
+                        "l1": l1_regularization_strength, "l2": l2_regularization_strength,
+                        "l2_shrinkage": l2_shrinkage_regularization_strength}
+        self._initial_accumulator_value = float(initial_accumulator_value)
+        self._accum_name, self._linear_name = accum_name, linear_name
+
+    def _hyper_values(self):
+        return {"learning_rate": self._learning_rate, **self._hypers}
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self._filled_slot(var, "accum", self._accum_name or self._name,
+                              self._initial_accumulator_value)
+            self._zeros_slot(var, "linear", self._linear_name or self._name)
+
+    def _ftrl_hypers(self, var):
+        return [self._hyper(name, var.dtype) for name in
+                ("learning_rate", "l1", "l2", "l2_shrinkage", "learning_rate_power")]
+
+    def _apply_dense(self, grad, var):
+        return training_ops.apply_ftrl(
+            var, self.get_slot(var, "accum"), self.get_slot(var, "linear"), grad,
+            *self._ftrl_hypers(var), gate=self._gate)
+
+    def _apply_sparse(self, grad, var):
+        return sparse_training_ops.sparse_apply_ftrl(
+            var, self.get_slot(var, "accum"), self.get_slot(var, "linear"), grad,
+            *self._ftrl_hypers(var))
+
+
+def _check_ftrl_arguments(initial_accumulator_value, learning_rate_power, l1, l2,
+                          l2_shrinkage):
+    """TF 1.15's ftrl.py checks, in its words."""
+    if initial_accumulator_value < 0.0:
+        raise ValueError(f"initial_accumulator_value {initial_accumulator_value:f} needs to "
+                         "be positive or zero")
+    if learning_rate_power > 0.0:
+        raise ValueError(f"learning_rate_power {learning_rate_power:f} needs to be negative "
+                         "or zero")
+    for what, value in (("l1_regularization_strength", l1),
+                        ("l2_regularization_strength", l2),
+                        ("l2_shrinkage_regularization_strength", l2_shrinkage)):
+        if value < 0.0:
+            raise ValueError(f"{what} {value:f} needs to be positive or zero")

@@ -19,7 +19,7 @@ from .. import dtypes
 # hyperparameters (learning rate, momentum, ...) of the variable's dtype.
 _GRAD_INPUT = {"ApplyGradientDescent": 1, "ApplyMomentum": 1, "ApplyAdam": 6,
                "ApplyRMSProp": 4, "ApplyCenteredRMSProp": 4, "ApplyAdagrad": 1,
-               "ApplyAdadelta": 3}
+               "ApplyAdadelta": 3, "ApplyFtrl": 0}
 
 
 def _apply_shape(op_type):
@@ -140,6 +140,17 @@ def apply_adadelta(var, accum, accum_update, learning_rate, rho, epsilon, grad, 
     ``accum_update = rho * accum_update + (1 - rho) update^2``, ``var -= lr * update``."""
     return _apply("ApplyAdadelta", var, [learning_rate, rho, epsilon, grad],
                   [accum, accum_update], name, gate)
+
+
+def apply_ftrl(var, accum, linear, grad, learning_rate, l1, l2, l2_shrinkage,
+               learning_rate_power, name=None, gate=None):
+    """TensorFlow's ApplyFtrl (ApplyFtrlV2 given ``l2_shrinkage``), in place:
+    ``g_s = grad + 2 l2_shrinkage var``, ``new_accum = accum + grad^2``,
+    ``linear += g_s - (new_accum^-p - accum^-p) / lr * var``,
+    ``var = (sign(linear) l1 - linear) / (new_accum^-p / lr + 2 l2)`` where
+    ``|linear| > l1``, else 0; ``accum = new_accum`` (p: learning_rate_power)."""
+    return _apply("ApplyFtrl", var, [grad, learning_rate, l1, l2, l2_shrinkage,
+                                     learning_rate_power], [accum, linear], name, gate)
 
 
 # -- learning-rate schedules -----------------------------------------------------
