@@ -299,6 +299,26 @@ def test_saver_def_meta_info_and_files_as_text_and_binary(tmp_path):
     assert tf.train.import_meta_graph(path).saver_def == saver_def   # text read back
 
 
+def test_the_savers_collection_holds_saver_defs(tmp_path):
+    w = _model_with_collections()
+    saver = tf.train.Saver(max_to_keep=2)
+    tf.add_to_collection(tf.GraphKeys.SAVERS, saver)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        prefix = saver.save(sess, str(tmp_path / "model"))
+        values = sess.run(w)
+    meta_graph_def = tf.train.export_meta_graph()
+    saved, = meta_graph_def.collection_def["savers"].bytes_list.value
+    assert tf.train.SaverDef.FromString(saved) == saver.saver_def
+    tf.reset_default_graph()
+    tf.train.import_meta_graph(meta_graph_def)
+    imported, = tf.get_collection(tf.GraphKeys.SAVERS)
+    assert imported.saver_def == saver.saver_def
+    with tf.Session() as sess:
+        imported.restore(sess, prefix)
+        np.testing.assert_array_equal(sess.run("w:0"), values)
+
+
 def test_save_writes_the_meta_graph_unless_told_not_to(tmp_path):
     w = _model_with_collections()
     saver = tf.train.Saver()

@@ -257,6 +257,13 @@ def _in_scope(item, export_scope):
 
 
 def _fill_collection_def(collection_def, key, items, export_scope):
+    if key == GraphKeys.SAVERS:     # TF's SaverDef protos
+        from ..train.saver import Saver  # the Saver writes meta graphs: import late
+        for saver in items:
+            if not isinstance(saver, Saver):
+                raise TypeError(f"{saver!r} is not a Saver")
+            collection_def.bytes_list.value.append(saver.saver_def.SerializeToString())
+        return
     if key in VARIABLE_COLLECTIONS:
         for var in items:
             if not isinstance(var, state_ops.Variable):
@@ -381,6 +388,9 @@ def _collection_item(graph, key, kind, value, scope, variables):
         if variable_def.variable_name not in variables:
             variables[variable_def.variable_name] = variable_from_proto(variable_def, scope)
         return variables[variable_def.variable_name]
+    if key == GraphKeys.SAVERS and kind == "bytes_list":
+        from ..train.saver import Saver  # the Saver writes meta graphs: import late
+        return Saver(saver_def=saver_pb2.SaverDef.FromString(value), name=scope or None)
     if kind == "node_list":
         return graph.as_graph_element(prepend_name_scope(value, scope))
     if kind == "int64_list":
