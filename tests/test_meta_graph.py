@@ -273,6 +273,47 @@ def test_collections_round_trip_with_variables_rebuilt():
         np.testing.assert_allclose(sess.run(imported_w), b - 0.1 * grad, rtol=1e-6)
 
 
+def _described(value):
+    """An attribute's value, ops by name and arrays as lists, to compare graphs."""
+    if isinstance(value, tf.Operation):
+        return ("op", value.name)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_described(item) for item in value)
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.tolist())
+    return value
+
+
+def _op_descriptions(graph):
+    return {op.name: (op.type, {key: _described(value) for key, value in op.attrs.items()},
+                      [tensor.name for tensor in op.inputs],
+                      sorted(control.name for control in op.control_inputs), op.device)
+            for op in graph.get_operations()}
+
+
+def test_every_op_comes_back_with_its_attributes_inputs_and_device():
+    _model_with_collections()
+    with tf.device("/cpu:0"):
+        net = tf.layers.batch_normalization(tf.placeholder(tf.float64, [None, 4]),
+                                            training=True, epsilon=1e-3)
+        noisy = net + tf.random_uniform([4], -0.3, 0.7, dtype=tf.float64, seed=5)
+    loss = tf.reduce_sum(tf.square(noisy))
+    with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+        tf.train.AdamOptimizer(1e-3).minimize(loss)
+    saver = tf.train.Saver()
+    original = _op_descriptions(tf.get_default_graph())
+    meta_graph_def = saver.export_meta_graph()
+    tf.reset_default_graph()
+    tf.train.import_meta_graph(meta_graph_def)
+    imported = _op_descriptions(tf.get_default_graph())
+    assert sorted(imported) == sorted(original)
+    for name, description in original.items():
+        assert imported[name] == description, name     # floats exact: 1e-3, -0.3, 0.7
+    epsilon = [op.attrs["epsilon"] for op in tf.get_default_graph().get_operations()
+               if op.type == "FusedBatchNorm"]
+    assert epsilon == [1e-3]      # not float32's 0.0010000000474974513
+
+
 def test_saver_def_meta_info_and_files_as_text_and_binary(tmp_path):
     _model_with_collections()
     saver = tf.train.Saver(max_to_keep=3)

@@ -36,11 +36,11 @@ import time
 import numpy as np
 from tensorboard.compat.proto import saver_pb2
 
-from .. import dtypes, errors
+from .. import errors
 from ..graph import core
 from ..graph.core import GraphKeys
 from ..log import logger
-from ..ops import array_ops, constant_ops, state_ops
+from ..ops import constant_ops, state_ops
 from .checkpoint_format import (
     _TOWER_PREFIX,
     _candidates,
@@ -134,7 +134,8 @@ class Saver:
         feeds, assigns = {}, []
         with graph.as_default(), graph.control_dependencies(None), \
                 graph.name_scope(None), graph.name_scope(self._name):
-            self._description_ops(graph)
+            with graph.device(None), graph.device("/cpu:0"):   # TF's filename tensor
+                self._filename_tensor = constant_ops.constant("model", name="Const")
             for name in sorted(self._sources):
                 source = self._sources[name]
                 with graph.device(None), graph.device("/cpu:0"):
@@ -142,29 +143,24 @@ class Saver:
                                                            name="value")
                 assigns += [state_ops.assign(target, feeds[name], name="Assign").op
                             for target in self._targets[name]]
-            with graph.device(None):
-                restore_op = array_ops.group(*assigns, name="restore_all")
+            # The restore op also describes the Saver, so that an imported meta
+            # graph rebuilds it from its SaverDef: the checkpoint names, in the
+            # order of the feeds, and the format.
+            attrs = {"_checkpoint_names": tuple(sorted(self._sources)),
+                     "_checkpoint_format": self._format}
+            with graph.device(None), graph.control_dependencies(assigns):
+                restore_op = graph.create_op("NoOp", [], attrs, name="restore_all")
         return feeds, restore_op
-
-    def _description_ops(self, graph):
-        """Constants that describe this Saver in its graph, so an imported meta
-        graph rebuilds it (``saver_def``): TF's filename tensor ('save/Const'),
-        the checkpoint names in the order of the restore feeds, the format."""
-        with graph.device(None), graph.device("/cpu:0"):
-            self._filename_tensor = constant_ops.constant("model", name="Const")
-            constant_ops.constant(sorted(self._sources), dtype=dtypes.string,
-                                  name="tensor_names")
-            constant_ops.constant(self._format, name="format")
 
     def _build_from_saver_def(self, graph):
         """The Saver whose ops ``saver_def`` names (under the scope ``name``)."""
         saver_def = _scoped_saver_def(self._given_saver_def, self._name)
         restore_op = graph.get_operation_by_name(saver_def.restore_op_name)
-        scope = restore_op.name.rpartition("/")[0]
-        names = [name.decode() for name in
-                 graph.get_operation_by_name(f"{scope}/tensor_names").attrs["value"]]
-        self._format = graph.get_operation_by_name(f"{scope}/format").attrs["value"] \
-            .item().decode()
+        if "_checkpoint_names" not in restore_op.attrs:
+            raise ValueError(f"The restore op {restore_op.name} of this SaverDef was not "
+                             "built by towerflow's Saver: it cannot be rebuilt")
+        names = list(restore_op.attrs["_checkpoint_names"])
+        self._format = restore_op.attrs["_checkpoint_format"]
         self._filename_tensor = graph.get_tensor_by_name(saver_def.filename_tensor_name)
         self._feeds, self._targets = _restore_feeds_and_targets(graph, restore_op, names)
         self._sources = {name: _source_of(name, group) for name, group in
