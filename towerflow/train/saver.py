@@ -8,7 +8,8 @@
         sess.run(tf.global_variables_initializer())
     ...
     saver.save(sess, "ckpt/model", global_step=step, extra_state={"epoch": 3})
-    # -> 'ckpt/model-1200' (TF's prefix; the file is 'ckpt/model-1200.npz');
+    # -> 'ckpt/model-1200' (TF's prefix; the file is 'ckpt/model-1200.npz', and
+    # the graph, for tf.train.import_meta_graph, 'ckpt/model-1200.meta');
     # 'ckpt/checkpoint' lists the kept ones
 
 A variable is saved under its *logical* name: a leading ``tower_<i>/`` is
