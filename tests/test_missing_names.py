@@ -15,7 +15,7 @@ MISSING = {
     "tf.nn.rnn_cell": ["ResidualWrapper", "DeviceWrapper"],
     "tf.layers": ["conv3d", "max_pooling3d", "separable_conv1d"],
     "tf.losses": ["huber_loss", "log_loss", "Reduction"],
-    "tf.train": ["Server", "ClusterSpec", "SyncReplicasOptimizer", "import_meta_graph"],
+    "tf.train": ["Server", "ClusterSpec", "SyncReplicasOptimizer", "replica_device_setter"],
     "tf.image": ["decode_gif", "rot90", "rgb_to_grayscale"],
     "tf.data": ["Options"],
     "tf.data.experimental": ["parallel_interleave", "map_and_batch"],

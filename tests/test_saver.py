@@ -140,7 +140,9 @@ def test_max_to_keep_deletes_old_checkpoints_and_the_state_file_lists_the_rest(t
                                       global_step=model.step))
     assert paths == [str(tmp_path / f"model-{step}") for step in range(1, 5)]
     assert model.saver.last_checkpoints == paths[2:]
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-3.npz", "model-4.npz"]
+    # Each checkpoint's meta graph (TF's write_meta_graph=True) goes with it.
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-3.meta", "model-3.npz",
+                                            "model-4.meta", "model-4.npz"]
     assert tf.train.latest_checkpoint(str(tmp_path)) == paths[3]
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert state.model_checkpoint_path == paths[3]
@@ -173,7 +175,8 @@ def test_a_resumed_saver_goes_on_rotating_the_files_of_the_previous_run(tmp_path
     assert path == str(tmp_path / "model-3") and state == {}
     resumed.train(batches(1))
     resumed.saver.save(resumed.sess, str(tmp_path / "model"), global_step=resumed.step)
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-3.npz", "model-4.npz"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-3.meta", "model-3.npz",
+                                            "model-4.meta", "model-4.npz"]
 
 
 def test_extra_state_round_trip_resumes_the_data_order(tmp_path):
@@ -317,7 +320,8 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint_intact(tmp_path, m
         model.saver.save(model.sess, str(tmp_path / "model"), global_step=model.step)
     monkeypatch.undo()
 
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-1.npz"]  # no temporary
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-1.meta",
+                                            "model-1.npz"]  # no temporary
     assert open(previous + ".npz", "rb").read() == previous_bytes
     assert (tmp_path / "checkpoint").read_text() == state_before
     assert tf.train.latest_checkpoint(str(tmp_path)) == previous
@@ -339,7 +343,8 @@ def test_tf1_prefixes_save_restore_and_latest_checkpoint(tmp_path):
     model.train(batches(1))
     prefix = model.saver.save(model.sess, str(tmp_path / "model.ckpt"), global_step=7)
     assert prefix == str(tmp_path / "model.ckpt-7")           # TF's prefix, no .npz
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-7.npz"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model.ckpt-7.meta",
+                                            "model.ckpt-7.npz"]
     assert tf.train.latest_checkpoint(str(tmp_path)) == prefix
     assert tf.train.checkpoint_exists(prefix) and not tf.train.checkpoint_exists(prefix + "0")
     saved = model.values()
@@ -359,4 +364,5 @@ def test_state_files_listing_npz_names_still_restore(tmp_path):
     fresh = Model(max_to_keep=1)
     assert fresh.saver.restore_latest(fresh.sess, str(tmp_path)).path == prefix
     fresh.saver.save(fresh.sess, str(tmp_path / "model"), global_step=4)
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-4.npz"]   # rotated
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "model-4.meta",
+                                            "model-4.npz"]   # rotated

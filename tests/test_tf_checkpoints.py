@@ -207,8 +207,8 @@ def test_tf_format_saver_rotates_old_checkpoints_and_refuses_extra_state(tmp_pat
         with pytest.raises(ValueError, match="npz format only"):
             saver.save(sess, str(tmp_path / "m"), extra_state={"epoch": 1})
     assert sorted(os.listdir(tmp_path)) == [
-        "checkpoint", "m-2.data-00000-of-00001", "m-2.index",
-        "m-3.data-00000-of-00001", "m-3.index"]
+        "checkpoint", "m-2.data-00000-of-00001", "m-2.index", "m-2.meta",
+        "m-3.data-00000-of-00001", "m-3.index", "m-3.meta"]
     with pytest.raises(ValueError, match="format must be one of"):
         tf.train.Saver(format="h5")
 

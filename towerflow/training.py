@@ -439,8 +439,11 @@ def _save(sess, model, pipeline, plan, step, summary=None):
     if summary is not None:
         state["summary"] = summary
     with naming_path(plan.checkpoint_dir):
+        # NOTE: no meta graph: a resume rebuilds the graph from the recipe, and the
+        # towers' graph holds ops that do not round-trip (Python schedules).
         plan.saved_path = model.saver.save(sess, os.path.join(plan.checkpoint_dir, "model"),
-                                           global_step=step, extra_state=state)
+                                           global_step=step, write_meta_graph=False,
+                                           extra_state=state)
     plan.saved_step = step
 
 

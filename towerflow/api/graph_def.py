@@ -4,11 +4,16 @@ package's copies of TF's protos): ``Graph.as_graph_def()`` and
 
 A towerflow op's attributes become ``AttrValue``s: ints, floats, bools,
 strings, dtypes, shapes, arrays (a ``Const``'s ``value`` as a
-``TensorProto``) and lists of those. An attribute that has no such form (a
-Python function, another op, a loop body) is named in the node's
-``_towerflow_lost_attrs``; importing that node raises a ValueError naming it.
-A variable's ops read or write it through an attribute, shown in the
-GraphDef as TF does, as the op's first input (``Assign`` takes ``w``).
+``TensorProto``) and lists of those. Values those fields would change are
+kept exactly in a ``func`` (``NameAttrList``) form: a float that float32
+rounds (``epsilon=0.001``), a tuple holding None (a random op's ``seed``) or
+mixed items, and a reference to another op (a variable's ``Assign`` names
+its variable, an optimizer's ``ApplyAdam`` its variable and slots). An
+attribute that has no such form (a Python function, a loop body) is named in
+the node's ``_towerflow_lost_attrs``; importing that node raises a ValueError
+naming it. The ops an op updates in place (attrs ``variable`` and ``slots``)
+are also its first inputs, as TF shows its ref inputs (``Assign`` takes ``w``),
+and colocation is TF's ``_class: loc:@op``.
 
 NOTE: attributes keep towerflow's names and forms (Conv2D's ``strides`` is
 ``(1, 1)``, there is no ``T``): a GraphDef written by towerflow imports into
@@ -40,6 +45,8 @@ from ..graph.shapes import TensorShape
 
 LOST_ATTRS = "_towerflow_lost_attrs"
 _GRAPH_DEF_ONLY = ("_output_shapes", "_class", LOST_ATTRS)
+# The attributes naming the ops an op updates in place: TF's ref inputs.
+_REF_ATTRS = ("variable", "slots")
 
 
 def as_graph_def(graph, add_shapes=False):
@@ -51,13 +58,11 @@ def as_graph_def(graph, add_shapes=False):
 
 
 def _node_def(op, add_shapes):
-    attrs, lost, variable_inputs = {}, [], []
+    attrs, lost = {}, []
     for key, value in op.attrs.items():
         if key == "_colocate_with":
             attrs["_class"] = _string_list([f"loc:@{value.name}"])
             continue
-        if isinstance(value, core.Operation) and key == "variable":
-            variable_inputs.append(value.name)    # TF's ref input: Assign(w, value)
         attr = _attr_value(value)
         if attr is None:
             lost.append(key)
@@ -71,7 +76,14 @@ def _node_def(op, add_shapes):
                                                                _shape_proto(t.shape)
                                                                for t in op.outputs]))
     return node_def_pb2.NodeDef(name=op.name, op=op.type, device=op.device,
-                                input=variable_inputs + _input_names(op), attr=attrs)
+                                input=_ref_inputs(op.attrs) + _input_names(op), attr=attrs)
+
+
+def _ref_inputs(attrs):
+    """The names of the ops ``attrs`` updates in place: TF's ref inputs,
+    ``Assign(w, value)``, ``ApplyAdam(w, m, v, ...)``."""
+    refs = [attrs.get("variable")] + list(attrs.get("slots") or ())
+    return [ref.name for ref in refs if isinstance(ref, core.Operation)]
 
 
 def _input_names(op):
@@ -90,6 +102,8 @@ def _string_list(strings):
 
 def _attr_value(value):
     """``value`` as an AttrValue, or None when it has no such form."""
+    if _needs_exact_form(value):
+        return _exact_attr(value)
     if value is None:
         return attr_value_pb2.AttrValue()
     if isinstance(value, (list, tuple)):
@@ -124,6 +138,61 @@ def _scalar_field(value):
         except (TypeError, ValueError):
             return None
     return None
+
+
+# -- the exact form: NameAttrList('float' | 'tuple' | 'list' | 'op', attr) -----------------
+
+
+def _needs_exact_form(value):
+    """Whether TF's plain fields would change ``value``: an op, a float that
+    float32 rounds, a list holding None, an op or lists, or mixed items."""
+    if isinstance(value, core.Operation):
+        return True
+    if isinstance(value, (float, np.floating)) and not isinstance(value, np.float32):
+        return bool(np.isfinite(value)) and float(np.float32(value)) != float(value)
+    if isinstance(value, (list, tuple)):
+        if any(_needs_exact_form(item) or item is None or isinstance(item, (list, tuple))
+               for item in value):
+            return True
+        return len({_scalar_kind(item) for item in value}) > 1
+    return False
+
+
+def _scalar_kind(value):
+    field = _scalar_field(value)
+    return None if field is None else field[0]
+
+
+def _exact_attr(value):
+    """``value`` as a NameAttrList kept exactly, or None when it has no form."""
+    if isinstance(value, core.Operation):
+        return _func("op", {"name": attr_value_pb2.AttrValue(s=value.name.encode())})
+    if isinstance(value, (float, np.floating)):
+        return _func("float", {"repr": attr_value_pb2.AttrValue(s=repr(float(value))
+                                                                 .encode())})
+    if isinstance(value, (list, tuple)):
+        items = [_attr_value(item) for item in value]
+        if any(item is None for item in items):
+            return None
+        return _func(type(value).__name__ if isinstance(value, list) else "tuple",
+                     {str(index): item for index, item in enumerate(items)})
+    return _attr_value(value)
+
+
+def _func(kind, attrs):
+    return attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=kind, attr=attrs))
+
+
+def _decode_exact(func, resolve_op):
+    """A NameAttrList of ``_exact_attr`` back as the value; ``resolve_op`` maps
+    an op's name to the op (None: leave the name)."""
+    if func.name == "op":
+        name = func.attr["name"].s.decode()
+        return name if resolve_op is None else resolve_op(name)
+    if func.name == "float":
+        return float(func.attr["repr"].s.decode())
+    items = [_decode(func.attr[str(index)], resolve_op) for index in range(len(func.attr))]
+    return items if func.name == "list" else tuple(items)
 
 
 _LIST_FIELDS = {"b": "b", "i": "i", "f": "f", "s": "s", "type": "type", "shape": "shape",
@@ -174,11 +243,14 @@ def _shape_of(proto):
     return TensorShape([None if dim.size < 0 else dim.size for dim in proto.dim])
 
 
-def _decode(attr):
-    """An AttrValue back as the Python value towerflow's ops keep."""
+def _decode(attr, resolve_op=None):
+    """An AttrValue back as the Python value towerflow's ops keep; an op
+    reference through ``resolve_op(name)`` (None: the op's name)."""
     kind = attr.WhichOneof("value")
     if kind is None:
         return None
+    if kind == "func":
+        return _decode_exact(attr.func, resolve_op)
     if kind == "list":
         return tuple(_decode_scalar(name, item) for name in _LIST_FIELDS
                      for item in getattr(attr.list, name))
@@ -252,8 +324,9 @@ def _check_importable(nodes):
             lost = ", ".join(repr(key) for key in _decode(node.attr[LOST_ATTRS]))
             raise ValueError(f"Cannot import node '{node.name}' (op: {node.op}): its "
                              f"attribute(s) {lost} do not round-trip through a GraphDef "
-                             "(a function, an op or a loop body); only ops whose attributes "
-                             "are numbers, strings, dtypes, shapes and arrays import")
+                             "(a Python function, or the body of a loop or cond); only ops "
+                             "whose attributes are numbers, strings, dtypes, shapes, arrays "
+                             "and other ops import")
 
 
 def _import_nodes(graph, nodes, input_map):
@@ -286,13 +359,31 @@ def _import_nodes(graph, nodes, input_map):
 
 
 def _create_op(graph, node, tensor_for, create):
-    inputs = [tensor_for(ref) for ref in node.input if not ref.startswith("^")]
-    controls = [create(ref[1:]) for ref in node.input if ref.startswith("^")]
-    attrs = {key: _decode(value) for key, value in node.attr.items()
+    attrs = {key: _decode(value, create) for key, value in node.attr.items()
              if key not in _GRAPH_DEF_ONLY}
+    data_inputs = [ref for ref in node.input if not ref.startswith("^")]
+    inputs = [tensor_for(ref) for ref in data_inputs[len(_ref_inputs(attrs)):]]
+    controls = [create(ref[1:]) for ref in node.input if ref.startswith("^")]
+    colocated = _colocated_op(node, create)
     device = graph.device(node.device) if node.device else contextlib.nullcontext()
-    with graph.control_dependencies(controls), device:
+    colocation = graph.colocate_with(colocated) if colocated is not None else \
+        contextlib.nullcontext()
+    with graph.control_dependencies(controls), device, colocation:
         return graph.create_op(node.op, inputs, attrs, name=node.name)
+
+
+def _colocated_op(node, create):
+    """The op of TF's ``_class: loc:@op`` (None when there is none, or it is
+    not in the GraphDef: no constraint to keep)."""
+    locations = [item.decode() for item in node.attr["_class"].list.s] \
+        if "_class" in node.attr else []
+    names = [item[len("loc:@"):] for item in locations if item.startswith("loc:@")]
+    if not names:
+        return None
+    try:
+        return create(names[0])
+    except ValueError:
+        return None
 
 
 def _return_element(imported, name):

@@ -19,9 +19,14 @@ def write_graph(graph_or_graph_def, logdir, name, as_text=True):
     path = os.path.join(logdir, name)
     data = text_format.MessageToString(graph_def) if as_text else \
         graph_def.SerializeToString(deterministic=True)
-    mode = "w" if as_text else "wb"
-    temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, mode) as out:
-        out.write(data)
-    os.replace(temporary, path)      # atomic, as TF's atomic_write_string_to_file
+    write_atomically(path, data)
     return path
+
+
+def write_atomically(path, data):
+    """Write ``data`` (str or bytes) to ``path`` through a temporary file and a
+    rename, as TF's atomic_write_string_to_file: never a partial file."""
+    temporary = f"{path}.tmp{os.getpid()}"
+    with open(temporary, "w" if isinstance(data, str) else "wb") as out:
+        out.write(data)
+    os.replace(temporary, path)

@@ -72,6 +72,30 @@ class Variable:
         self.trainable = trainable
         self._register(graph, collections, trainable)
 
+    @classmethod
+    def _from_ops(cls, variable_op, initializer, snapshot, initial_value, trainable):
+        """A Variable over ops that exist already (an imported graph's: see
+        ``from_proto``); it is put in no collection."""
+        var = cls.__new__(cls)
+        var._variable_op, var._initializer = variable_op, initializer
+        var._snapshot, var._initial_value = snapshot, initial_value
+        var.trainable = trainable
+        return var
+
+    def to_proto(self, export_scope=None):
+        """This variable as TF's ``VariableDef`` (its ops' names, made relative
+        to ``export_scope``); None when it lies outside that scope."""
+        # the proto layer builds on this one: imported here
+        from ..api.meta_graph import variable_to_proto
+        return variable_to_proto(self, export_scope)
+
+    @staticmethod
+    def from_proto(variable_def, import_scope=None):
+        """The Variable of the default graph that ``variable_def`` (a
+        ``VariableDef``) names, its names under ``import_scope``."""
+        from ..api.meta_graph import variable_from_proto
+        return variable_from_proto(variable_def, import_scope)
+
     def _register(self, graph, collections, trainable):
         if collections is None:
             collections = [GraphKeys.GLOBAL_VARIABLES]

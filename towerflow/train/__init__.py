@@ -44,6 +44,8 @@ from ..api.monitored_session import (ChiefSessionCreator, MonitoredSession,
                                      MonitoredTrainingSession, Scaffold, WorkerSessionCreator)
 from ..api.file_writer import FileWriterCache as SummaryWriterCache
 from ..api.graph_io import write_graph
+from ..api.meta_graph import export_meta_graph, import_meta_graph
+from tensorboard.compat.proto.saver_pb2 import SaverDef   # TF's proto (tf.train.SaverDef)
 
 __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptimizer",
            "ExponentialMovingAverage", "GradientDescentOptimizer", "MomentumOptimizer",
@@ -64,7 +66,8 @@ __all__ = ["AdadeltaOptimizer", "AdagradOptimizer", "AdamOptimizer", "AdamWOptim
            "NanLossDuringTrainingError", "NanTensorHook", "SecondOrStepTimer",
            "StepCounterHook", "StopAtStepHook", "SummarySaverHook", "ChiefSessionCreator",
            "MonitoredSession", "MonitoredTrainingSession", "Scaffold",
-           "WorkerSessionCreator", "SummaryWriterCache", "write_graph"]
+           "WorkerSessionCreator", "SummaryWriterCache", "write_graph",
+           "export_meta_graph", "import_meta_graph", "SaverDef"]
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
 from ..api import missing as _missing

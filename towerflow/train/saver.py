@@ -8,7 +8,8 @@
         sess.run(tf.global_variables_initializer())
     ...
     saver.save(sess, "ckpt/model", global_step=step, extra_state={"epoch": 3})
-    # -> 'ckpt/model-1200' (TF's prefix; the file is 'ckpt/model-1200.npz');
+    # -> 'ckpt/model-1200' (TF's prefix; the file is 'ckpt/model-1200.npz', and
+    # the graph, for tf.train.import_meta_graph, 'ckpt/model-1200.meta');
     # 'ckpt/checkpoint' lists the kept ones
 
 A variable is saved under its *logical* name: a leading ``tower_<i>/`` is
@@ -30,15 +31,17 @@ assigned. The ``checkpoint`` state file uses TensorFlow's text format.
 
 import collections
 import os
+import re
 import time
 
 import numpy as np
+from tensorboard.compat.proto import saver_pb2
 
 from .. import errors
 from ..graph import core
 from ..graph.core import GraphKeys
 from ..log import logger
-from ..ops import array_ops, constant_ops, state_ops
+from ..ops import constant_ops, state_ops
 from .checkpoint_format import (
     _TOWER_PREFIX,
     _candidates,
@@ -80,23 +83,33 @@ class Saver:
     one-file format, which also holds ``extra_state``) or ``'tf'``: TensorFlow's
     own V2 format (``<prefix>.index`` and ``<prefix>.data-00000-of-00001``), which
     TensorFlow's Saver restores. ``restore`` reads either, whatever ``format``.
+    ``saver_def``: TF's SaverDef of a Saver whose ops the graph holds (an
+    imported meta graph's), names under the scope ``name``; the Saver is
+    rebuilt from them and adds no op.
     Example: ``tf.train.Saver(max_to_keep=3, format='tf')``.
     """
 
     def __init__(self, var_list=None, max_to_keep=5, keep_checkpoint_every_n_hours=10000.0,
                  name=None, defer_build=False, allow_empty=False, pad_step_number=False,
-                 *, format="npz"):
+                 *, format="npz", saver_def=None):
         if format not in FORMATS:
             raise ValueError(f"Saver format must be one of {FORMATS}; got {format!r}")
+        if saver_def is not None and not isinstance(saver_def, saver_pb2.SaverDef):
+            raise TypeError(f"saver_def must be a SaverDef proto; got {saver_def!r}")
         self._format = format
         self._var_list = var_list
+        self._given_saver_def = saver_def
+        if saver_def is not None:
+            max_to_keep = saver_def.max_to_keep
+            keep_checkpoint_every_n_hours = saver_def.keep_checkpoint_every_n_hours or 10000.0
         self._max_to_keep = max_to_keep
         self._keep_every_s = float(keep_checkpoint_every_n_hours) * 3600.0
         self._next_preserve_time = time.time() + self._keep_every_s
-        self._name = name or "save"
+        self._name = name if saver_def is not None else name or "save"
         self._allow_empty = allow_empty
         self._pad_step_number = pad_step_number
         self._last_checkpoints = []     # [(path, time saved)], oldest first
+        self._meta_graph_cache = None   # (graph's signature, serialised MetaGraphDef)
         self._graph = None
         if not defer_build:
             self.build()
@@ -107,6 +120,9 @@ class Saver:
         """Collect the variables and build the restore ops (placeholders and
         Assigns); done by the constructor unless ``defer_build=True``."""
         if self._graph is not None:
+            return
+        if self._given_saver_def is not None:
+            self._build_from_saver_def(core.get_default_graph())
             return
         graph = _graph_of(self._var_list)
         self._sources, self._targets = _saved_variables(graph, self._var_list)
@@ -119,6 +135,8 @@ class Saver:
         feeds, assigns = {}, []
         with graph.as_default(), graph.control_dependencies(None), \
                 graph.name_scope(None), graph.name_scope(self._name):
+            with graph.device(None), graph.device("/cpu:0"):   # TF's filename tensor
+                self._filename_tensor = constant_ops.constant("model", name="Const")
             for name in sorted(self._sources):
                 source = self._sources[name]
                 with graph.device(None), graph.device("/cpu:0"):
@@ -126,9 +144,61 @@ class Saver:
                                                            name="value")
                 assigns += [state_ops.assign(target, feeds[name], name="Assign").op
                             for target in self._targets[name]]
-            with graph.device(None):
-                restore_op = array_ops.group(*assigns, name="restore_all")
+            # The restore op also describes the Saver, so that an imported meta
+            # graph rebuilds it from its SaverDef: the checkpoint names, in the
+            # order of the feeds, and the format.
+            attrs = {"_checkpoint_names": tuple(sorted(self._sources)),
+                     "_checkpoint_format": self._format}
+            with graph.device(None), graph.control_dependencies(assigns):
+                restore_op = graph.create_op("NoOp", [], attrs, name="restore_all")
         return feeds, restore_op
+
+    def _build_from_saver_def(self, graph):
+        """The Saver whose ops ``saver_def`` names (under the scope ``name``)."""
+        saver_def = _scoped_saver_def(self._given_saver_def, self._name)
+        restore_op = graph.get_operation_by_name(saver_def.restore_op_name)
+        if "_checkpoint_names" not in restore_op.attrs:
+            raise ValueError(f"The restore op {restore_op.name} of this SaverDef was not "
+                             "built by towerflow's Saver: it cannot be rebuilt")
+        names = list(restore_op.attrs["_checkpoint_names"])
+        self._format = restore_op.attrs["_checkpoint_format"]
+        self._filename_tensor = graph.get_tensor_by_name(saver_def.filename_tensor_name)
+        self._feeds, self._targets = _restore_feeds_and_targets(graph, restore_op, names)
+        self._sources = {name: _source_of(name, group) for name, group in
+                         self._targets.items()}
+        self._graph, self._restore_op = graph, restore_op
+
+    @property
+    def saver_def(self):
+        """This Saver as TF's SaverDef: the names of its filename tensor (also
+        ``save_tensor_name``: towerflow saves from Python, with no save op) and
+        of its restore op, and how many checkpoints it keeps."""
+        self.build()
+        return saver_pb2.SaverDef(
+            filename_tensor_name=self._filename_tensor.name,
+            save_tensor_name=self._filename_tensor.name,
+            restore_op_name=self._restore_op.name, max_to_keep=self._max_to_keep or 0,
+            keep_checkpoint_every_n_hours=self._keep_every_s / 3600.0,
+            version=saver_pb2.SaverDef.V2)
+
+    def as_saver_def(self):
+        """``saver.saver_def``."""
+        return self.saver_def
+
+    def export_meta_graph(self, filename=None, collection_list=None, as_text=False,
+                          export_scope=None, clear_devices=False,
+                          clear_extraneous_savers=False, strip_default_attrs=False,
+                          save_debug_info=False):
+        """The MetaGraphDef of this Saver's graph, with its SaverDef, written to
+        ``filename`` when given (see ``tf.train.export_meta_graph``).
+        Example: ``saver.export_meta_graph('model.meta')``."""
+        from ..api.meta_graph import export_meta_graph
+        self.build()
+        return export_meta_graph(
+            filename=filename, graph_def=self._graph.as_graph_def(add_shapes=True),
+            saver_def=self.saver_def, collection_list=collection_list, as_text=as_text,
+            graph=self._graph, export_scope=export_scope, clear_devices=clear_devices,
+            strip_default_attrs=strip_default_attrs)
 
     # -- saving ----------------------------------------------------------------------
 
@@ -138,7 +208,8 @@ class Saver:
         return [path for path, _ in self._last_checkpoints]
 
     def save(self, sess, save_path, global_step=None, latest_filename=None,
-             write_meta_graph=True, write_state=True, *, extra_state=None):
+             meta_graph_suffix="meta", write_meta_graph=True, write_state=True,
+             strip_default_attrs=False, save_debug_info=False, *, extra_state=None):
         """Write one checkpoint file and return its prefix, as TensorFlow does:
         ``save_path`` or ``save_path-<step>`` with ``global_step`` (an int, or a
         variable or tensor that is evaluated); the file is the prefix plus
@@ -146,8 +217,9 @@ class Saver:
         ``<prefix>.index`` and ``<prefix>.data-00000-of-00001``). ``extra_state``:
         a JSON-serialisable dict (NumPy arrays allowed anywhere in it) returned by
         ``restore``; the npz format only.
-        ``write_meta_graph`` is accepted for TF compatibility; no meta graph is
-        written. Example: ``saver.save(sess, 'ckpt/model', global_step=step)``."""
+        ``write_meta_graph``: also write the graph as a MetaGraphDef to
+        ``<prefix>.<meta_graph_suffix>`` (``tf.train.import_meta_graph`` rebuilds it).
+        Example: ``saver.save(sess, 'ckpt/model', global_step=step)``."""
         self.build()
         step = _step_value(sess, global_step)
         path = _checkpoint_path(save_path, step, self._pad_step_number, self._format)
@@ -166,14 +238,30 @@ class Saver:
         else:
             write_checkpoint(path, values, step, json_state, extra_arrays)
         prefix = checkpoint_prefix(path)
+        if write_meta_graph:
+            self._write_meta_graph(meta_graph_filename(prefix, meta_graph_suffix),
+                                   strip_default_attrs)
         if write_state:
-            self._record(prefix, latest_filename)
+            self._record(prefix, latest_filename, meta_graph_suffix)
         return prefix
 
-    def _record(self, path, latest_filename):
+    def _write_meta_graph(self, path, strip_default_attrs):
+        """Write the meta graph, serialised once while the graph keeps its ops
+        and collections (a training loop saves the same graph again and again)."""
+        from ..api.graph_io import write_atomically
+        # NOTE: ops are only ever added, so their count (and the collections'
+        # sizes) tells whether the graph changed since the last save.
+        key = (len(self._graph.get_operations()), strip_default_attrs,
+               tuple((name, len(items)) for name, items in self._graph._collections.items()))
+        if self._meta_graph_cache is None or self._meta_graph_cache[0] != key:
+            meta_graph_def = self.export_meta_graph(strip_default_attrs=strip_default_attrs)
+            self._meta_graph_cache = key, meta_graph_def.SerializeToString(deterministic=True)
+        write_atomically(path, self._meta_graph_cache[1])
+
+    def _record(self, path, latest_filename, meta_graph_suffix="meta"):
         """Add the checkpoint ``path`` (a prefix) to the kept list, write the
-        state file, then delete the checkpoints that fell out of it (so the
-        state never lists a deleted file)."""
+        state file, then delete the checkpoints that fell out of it, with their
+        meta graphs (so the state never lists a deleted file)."""
         self._last_checkpoints = [(p, t) for p, t in self._last_checkpoints if p != path]
         self._last_checkpoints.append((path, time.time()))
         keep = self._max_to_keep or 1   # None or 0: list only the newest, delete nothing
@@ -186,7 +274,7 @@ class Saver:
             if saved_at > self._next_preserve_time:
                 self._next_preserve_time += self._keep_every_s   # kept for good
             else:
-                _remove(old_path)
+                _remove(old_path, meta_graph_suffix)
 
     def recover_last_checkpoints(self, checkpoint_paths):
         """Track ``checkpoint_paths`` (oldest first) as this saver's kept
@@ -239,6 +327,45 @@ class Saver:
     def restore_state(self, save_path):
         """The ``extra_state`` saved in ``save_path`` (verified), without a Session."""
         return read_checkpoint(save_path, with_variables=False).extra_state
+
+
+def meta_graph_filename(checkpoint_prefix, meta_graph_suffix="meta"):
+    """TF's name of a checkpoint's meta graph: 'ckpt/model-100' -> 'ckpt/model-100.meta'."""
+    base = re.sub(r"-[\d\?]+-of-\d+$", "", checkpoint_prefix)
+    return f"{base}.{meta_graph_suffix}"
+
+
+def _scoped_saver_def(saver_def, scope):
+    """``saver_def`` with its names under ``scope`` (TF's use of Saver's name)."""
+    scoped = saver_pb2.SaverDef()
+    scoped.CopyFrom(saver_def)
+    if scope:
+        from ..api.meta_graph import prepend_name_scope
+        for field in ("filename_tensor_name", "save_tensor_name", "restore_op_name"):
+            setattr(scoped, field, prepend_name_scope(getattr(saver_def, field), scope))
+    return scoped
+
+
+def _restore_feeds_and_targets(graph, restore_op, names):
+    """``({name: feed placeholder}, {name: [variables]})`` of a Saver's restore
+    op: its Assigns in the order of ``names``, each name's feed once."""
+    variables = _variables_by_op(graph)
+    feeds, targets = {}, collections.defaultdict(list)
+    for assign in restore_op.control_inputs:
+        placeholder = assign.inputs[0]
+        if placeholder not in feeds.values():
+            feeds[names[len(feeds)]] = placeholder
+        name = next(key for key, feed in feeds.items() if feed is placeholder)
+        variable_op = assign.attrs["variable"]
+        targets[name].append(variables.get(variable_op) or state_ops.Variable._from_ops(
+            variable_op, None, variable_op.outputs[0], None, False))
+    return feeds, dict(targets)
+
+
+def _variables_by_op(graph):
+    from ..api.meta_graph import VARIABLE_COLLECTIONS
+    return {var.op: var for key in VARIABLE_COLLECTIONS for var in graph.get_collection(key)
+            if isinstance(var, state_ops.Variable)}
 
 
 def _graph_of(var_list):
@@ -346,8 +473,11 @@ def _saved_time(checkpoint):
     return os.path.getmtime(path) if path is not None else time.time()
 
 
-def _remove(prefix):
+def _remove(prefix, meta_graph_suffix):
     try:
         remove_checkpoint(checkpoint_prefix(prefix))
+        meta_graph = meta_graph_filename(checkpoint_prefix(prefix), meta_graph_suffix)
+        if os.path.exists(meta_graph):
+            os.remove(meta_graph)
     except OSError as err:
         logger.warning("towerflow: could not delete old checkpoint %s: %s", prefix, err)
