@@ -406,10 +406,46 @@ def _mse_cases(rng):
 
 
 def _mean_loss(per_example):
-    def loss(labels, logits):
-        losses = per_example(labels, logits)
-        return np.asarray(wide(losses).mean() if losses.size else 0, logits.dtype)
+    def loss(labels, logits, **args):
+        losses = per_example(labels, logits, **args)
+        dtype = logits.dtype if logits.dtype.kind == "f" else np.float32    # to_float
+        return np.asarray(wide(losses).mean() if losses.size else 0, dtype)
     return loss
+
+
+def _same_shapes(per_element):
+    """A loss's elements, refused (as TF's static check) for two shapes; ints
+    and bools made float32 first (TF's to_float)."""
+    def losses(labels, predictions, **args):
+        if predictions.dtype.kind != "f":
+            predictions = predictions.astype(np.float32)
+        if labels.shape != predictions.shape:
+            raise Rejected("labels and predictions must have the same shape")
+        return per_element(labels.astype(predictions.dtype), predictions, **args)
+    return losses
+
+
+def _huber(labels, predictions):
+    error = np.abs(predictions - labels)
+    quadratic = np.minimum(error, predictions.dtype.type(1.0))
+    return 0.5 * np.square(quadratic) + (error - quadratic)
+
+
+def _log_loss(labels, predictions):
+    eps = predictions.dtype.type(1e-7)
+    return -labels * np.log(predictions + eps) - (1 - labels) * np.log(1 - predictions + eps)
+
+
+def _cosine_distance(labels, predictions, axis):
+    return 1 - np.sum(predictions * labels, axis=axis, keepdims=True)
+
+
+def _cosine_cases(rng):
+    case = _elementwise_pair_cases(rng)
+    while case.inputs[1].ndim == 0:
+        case = _elementwise_pair_cases(rng)
+    rank = case.inputs[1].ndim
+    return Case(case.inputs, {"axis": int(rng.integers(-rank, rank))}, case.static)
 
 
 def _summed_terms(case):
@@ -481,5 +517,21 @@ NN_SPECS = [
            tolerance=summed_tolerance(_summed_terms)),
     OpSpec("losses.sigmoid_cross_entropy", tf.losses.sigmoid_cross_entropy,
            _mean_loss(_sigmoid_xent), _elementwise_pair_cases,
+           tolerance=summed_tolerance(_summed_terms)),
+    OpSpec("losses.absolute_difference", tf.losses.absolute_difference,
+           _mean_loss(_same_shapes(lambda y, p: np.abs(p - y))), _elementwise_pair_cases,
+           tolerance=summed_tolerance(_summed_terms)),
+    OpSpec("losses.huber_loss", tf.losses.huber_loss, _mean_loss(_same_shapes(_huber)),
+           _elementwise_pair_cases, tolerance=summed_tolerance(_summed_terms)),
+    OpSpec("losses.hinge_loss", tf.losses.hinge_loss, _mean_loss(_same_shapes(
+        lambda y, p: np.maximum(0, 1 - (2 * y - 1) * p))), _elementwise_pair_cases,
+           tolerance=summed_tolerance(_summed_terms)),
+    OpSpec("losses.log_loss", tf.losses.log_loss, _mean_loss(_same_shapes(_log_loss)),
+           _elementwise_pair_cases, tolerance=summed_tolerance(_summed_terms)),
+    OpSpec("losses.cosine_distance", tf.losses.cosine_distance,
+           _mean_loss(_same_shapes(_cosine_distance)), _cosine_cases,
+           tolerance=summed_tolerance(_summed_terms)),
+    OpSpec("losses.compute_weighted_loss", tf.losses.compute_weighted_loss,
+           lambda x: np.asarray(wide(x).mean() if x.size else 0, x.dtype), _one_float_cases,
            tolerance=summed_tolerance(_summed_terms)),
 ]

@@ -50,7 +50,8 @@ LEFT_OUT = {
         "local_variables", "trainable_variables", "moving_average_variables",
         "glorot_normal_initializer", "glorot_uniform_initializer", "gradients",
         "add_check_numerics_ops", "group", "no_op", "losses.convert_to_tensor",
-        "losses.get_regularization_loss", "losses.get_regularization_losses"), _PLUMBING),
+        "losses.get_regularization_loss", "losses.get_regularization_losses",
+        "losses.add_loss", "losses.get_losses", "losses.get_total_loss"), _PLUMBING),
     **dict.fromkeys((
         "assign", "assign_add", "assign_sub", "count_up_to", "get_variable",
         "global_variables_initializer", "initialize_all_variables",

@@ -238,6 +238,8 @@ def test_parse_single_example_fills_defaults_and_sparse_values():
     np.testing.assert_array_equal(first["pixels"], pixels[0])
     assert (first["label"], first["weight"], first["name"]) == (3, 0.5, b"zero")
     assert (second["label"], second["weight"], second["name"]) == (-9, 2.0, b"none")
+    assert isinstance(parsed["tags"], tf.SparseTensor) and parsed["tags"].dtype == tf.string
+    assert isinstance(first["tags"], tf.SparseTensorValue)
     np.testing.assert_array_equal(first["tags"].indices, [[0], [1]])
     assert list(first["tags"].values) == [b"a", b"b"] and list(first["tags"].dense_shape) == [2]
     np.testing.assert_array_equal(first["steps"], [[1, 2], [3, 4]])
@@ -254,8 +256,58 @@ def test_parse_example_batches_pads_and_stacks():
     np.testing.assert_allclose(got["weight"], [0.5, 2.0, 0.5])
     np.testing.assert_array_equal(got["tags"].indices, [[0, 0], [0, 1], [2, 0]])
     np.testing.assert_array_equal(got["tags"].dense_shape, [3, 2])
+    assert isinstance(got["tags"], tf.SparseTensorValue)
     np.testing.assert_array_equal(got["steps"], [[[1, 2], [3, 4]], [[-1, -1], [-1, -1]],
                                                  [[5, 6], [-1, -1]]])
+
+
+def test_a_var_len_feature_is_a_sparse_tensor_that_densifies():
+    """As TF 1.15: tf.sparse.to_dense and tf.sparse_tensor_to_dense take the
+    parsed SparseTensor (one example: rank 1; a batch: rank 2, row-padded)."""
+    records, _ = sample_records()
+    features = {"tags": tf.VarLenFeature(tf.string), "ids": tf.VarLenFeature(tf.int64)}
+    serialized = tf.placeholder(tf.string, [])
+    single = tf.parse_single_example(serialized, features)
+    batch = tf.parse_example(tf.constant(records), features)
+    assert single["tags"].shape.as_list() == [None]
+    assert batch["ids"].shape.as_list() == [None, None]
+    tags = tf.sparse.to_dense(single["tags"], default_value="")
+    batch_tags = tf.sparse_tensor_to_dense(batch["tags"], default_value="-")
+    batch_ids = tf.sparse.to_dense(batch["ids"])
+    with tf.Session() as sess:
+        assert list(sess.run(tags, {serialized: records[0]})) == [b"a", b"b"]
+        assert sess.run(tags, {serialized: records[1]}).shape == (0,)
+        got_tags, got_ids = sess.run([batch_tags, batch_ids])
+    np.testing.assert_array_equal(got_tags, np.array([[b"a", b"b"], [b"-", b"-"],
+                                                      [b"c", b"-"]], dtype=object))
+    assert got_ids.shape == (3, 0) and got_ids.dtype == np.int64
+
+
+def test_var_len_features_parsed_in_map_batch_as_tf_does():
+    """Dataset.map(parse_single_example) then batch: a SparseTensor of rank 2
+    whose indices hold each element's position, dense_shape the widest row."""
+    records, _ = sample_records()
+    features = {"tags": tf.VarLenFeature(tf.string), "label": tf.FixedLenFeature([], tf.int64)}
+    parsed = tf.data.Dataset.from_tensor_slices(records).map(
+        lambda record: tf.parse_single_example(record, features))
+    assert parsed.output_classes == {"tags": tf.SparseTensor, "label": tf.Tensor}
+    assert parsed.output_types == {"tags": tf.string, "label": tf.int64}
+    assert parsed.output_shapes["tags"].as_list() == [None]
+    batched = parsed.batch(2)
+    assert batched.output_shapes["tags"].as_list() == [None, None]
+    element = batched.make_one_shot_iterator().get_next()
+    assert isinstance(element["tags"], tf.SparseTensor)
+    counts = parsed.map(lambda f: tf.shape(tf.sparse.to_dense(f["tags"], default_value=""))[0])
+    count = counts.make_one_shot_iterator().get_next()
+    with tf.Session() as sess:
+        first, last = sess.run(element), sess.run(element)
+        assert [sess.run(count) for _ in range(3)] == [2, 0, 1]
+    np.testing.assert_array_equal(first["tags"].indices, [[0, 0], [0, 1]])
+    assert list(first["tags"].values) == [b"a", b"b"]
+    np.testing.assert_array_equal(first["tags"].dense_shape, [2, 2])
+    np.testing.assert_array_equal(first["label"], [3, -9])
+    np.testing.assert_array_equal(last["tags"].indices, [[0, 0]])
+    np.testing.assert_array_equal(last["tags"].dense_shape, [1, 1])
 
 
 @pytest.mark.parametrize("record, features, message", [

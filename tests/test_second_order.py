@@ -47,6 +47,11 @@ def second(name, fn, *inputs, wrt=None, unknown=None, first_wrt=None):
     return grad_case(name, first_order(fn, first_wrt), *inputs, wrt=wrt, unknown=unknown)
 
 
+def away_from_relu6_kinks(*shape):
+    """Values below 0, between 0 and 6 and above 6, each 0.2 clear of a kink."""
+    return lambda rng: rng.choice([-1.0, 3.0, 7.0], shape) + rng.uniform(-0.8, 0.8, shape)
+
+
 ACTIVATIONS = [
     second("relu_grad", tf.nn.relu, away_from_zero(3, 4)),
     second("relu_grad_through_matmul", lambda x, w: tf.nn.relu(tf.matmul(x, w)),
@@ -57,6 +62,10 @@ ACTIVATIONS = [
     second("gelu_grad", tf.nn.gelu, floats(3, 4)),
     second("gelu_tanh_grad", lambda x: tf.nn.gelu(x, approximate=True), floats(3, 4)),
     second("bias_add_grad", tf.nn.bias_add, floats(2, 3, 4), floats(4)),
+    second("leaky_relu_grad", lambda x: tf.nn.leaky_relu(x, 0.3), away_from_zero(3, 4)),
+    second("relu6_grad", tf.nn.relu6, away_from_relu6_kinks(3, 4)),
+    second("selu_grad", tf.nn.selu, away_from_zero(3, 4)),
+    second("softplus_grad", tf.nn.softplus, floats(3, 4)),
 ]
 
 
@@ -81,6 +90,8 @@ ARRAYS = [
     second("reshape_like", lambda x: tf.reshape(x * x, [2, 6]), floats(3, 4)),
     second("squeeze_expand", lambda x: tf.expand_dims(tf.squeeze(x * x), 0), floats(1, 3)),
     second("tile_grad", lambda x: tf.tile(x * x, [2, 3]), floats(2, 2)),
+    second("dynamic_tile_grad", lambda x: tf.tile(
+        x * x, tf.placeholder_with_default([2, 1, 3], [3])), floats(2, 3, 2)),
     second("concat_grad", lambda x, y: tf.concat([x * y[:, :2], y * y], 1), floats(2, 2),
            floats(2, 3)),
     second("pad_grad_constant", lambda x: tf.pad(x * x, [[1, 0], [0, 2]]), floats(2, 3)),
@@ -188,7 +199,30 @@ LOSSES_AND_LSTM = [
            unknown=()),
 ]
 
-CASES = ACTIVATIONS + ARRAYS + POOLING + CONVOLUTIONS + LOSSES_AND_LSTM
+
+
+def symmetric_positive_definite(a):
+    return tf.matmul(a, a, transpose_b=True) + 3.0 * tf.eye(3, dtype=tf.float64)
+
+
+LINEAR_ALGEBRA = [
+    second("einsum_grad_matmul", lambda a, b: tf.einsum("ij,jk->ik", a, b), floats(2, 3),
+           floats(3, 4)),
+    second("einsum_grad_summed_alone", lambda a, b: tf.einsum("bij,jk->bk", a * a, b),
+           floats(2, 3, 4), floats(4, 2)),
+    second("einsum_grad_three", lambda a, b, c: tf.einsum("ab,bc,cd->ad", a, b, c),
+           floats(2, 3), floats(3, 2), floats(2, 2)),
+    second("einsum_grad_trace", lambda a: tf.einsum("ii", a * a), floats(3, 3)),
+    second("matrix_diag_part_grad", lambda a: tf.linalg.diag_part(a * a), floats(2, 3, 4)),
+    second("cholesky_grad", lambda a: tf.linalg.cholesky(symmetric_positive_definite(a)),
+           floats(3, 3), unknown=()),
+    second("cholesky_grad_batched", lambda a: tf.linalg.cholesky(
+        tf.matmul(a, a, transpose_b=True) + 3.0 * tf.eye(3, batch_shape=[2],
+                                                          dtype=tf.float64)),
+           floats(2, 3, 3), unknown=()),
+]
+
+CASES = ACTIVATIONS + ARRAYS + POOLING + CONVOLUTIONS + LOSSES_AND_LSTM + LINEAR_ALGEBRA
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
@@ -196,7 +230,7 @@ def test_gradient_of_gradient_matches_finite_differences(case, rng):
     check_gradients(case, rng)
 
 
-@pytest.mark.parametrize("case", ARRAYS + ACTIVATIONS, ids=case_id)
+@pytest.mark.parametrize("case", ARRAYS + ACTIVATIONS + LINEAR_ALGEBRA[:5], ids=case_id)
 def test_gradient_of_gradient_with_unknown_dims(case, rng):
     check_gradients(case, rng, unknown_dims=True)
 
@@ -207,8 +241,9 @@ def test_every_gradient_op_has_a_gradient():
     from towerflow.graph import registry
     without = {op_type for op_type in registry.registered_op_types()
                if registry.get_op_def(op_type).gradient is None}
+    # NOTE: TF 1.15's nn_grad.py registers no gradient for SoftsignGrad either
     assert without == {"LRNGrad", "ResizeBilinearGrad", "ResizeNearestNeighborGrad",
-                       "SortGrad"}
+                       "SoftsignGrad", "SortGrad"}
 
 
 # -- WGAN-GP: the gradient penalty's gradient w.r.t. the critic's weights ------------

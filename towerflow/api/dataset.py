@@ -37,13 +37,13 @@ class Dataset:
         self._input_datasets = list(inputs)
         self._captured = list(captures)
 
-    output_types = property(lambda self: self._output_types,
+    output_types = property(lambda self: nest.public_types(self._output_types),
                             doc="The nested tf.DType of each component of an element.")
-    output_shapes = property(lambda self: self._output_shapes,
+    output_shapes = property(lambda self: nest.public_shapes(self._output_shapes),
                              doc="The nested static TensorShape of each component.")
-    output_classes = property(lambda self: nest.map_structure(lambda _: core.Tensor,
-                                                              self._output_types),
-                              doc="The nested class (tf.Tensor) of each component.")
+    output_classes = property(lambda self: nest.public_classes(self._output_types),
+                              doc="The nested class (tf.Tensor, tf.SparseTensor) of each "
+                                  "component.")
 
     def _flat_types(self):
         return nest.flatten(self._output_types)

@@ -48,10 +48,9 @@ class Iterator:
         self._initializer = initializer
         self._output_types, self._output_shapes = output_types, output_shapes
 
-    output_types = property(lambda self: self._output_types)
-    output_shapes = property(lambda self: self._output_shapes)
-    output_classes = property(lambda self: nest.map_structure(lambda _: core.Tensor,
-                                                              self._output_types))
+    output_types = property(lambda self: nest.public_types(self._output_types))
+    output_shapes = property(lambda self: nest.public_shapes(self._output_shapes))
+    output_classes = property(lambda self: nest.public_classes(self._output_types))
 
     @staticmethod
     def from_structure(output_types, output_shapes=None, shared_name=None,
@@ -88,7 +87,7 @@ class Iterator:
                                    name=name or "make_initializer")
 
     def _check_fits(self, dataset):
-        if not nest.same_structure(self._output_types, dataset.output_types) or \
+        if not nest.same_structure(self._output_types, dataset._output_types) or \
                 nest.flatten(self._output_types) != dataset._flat_types():
             raise TypeError(f"Expected output types {self._output_types!r} but got dataset "
                             f"with output types {dataset.output_types!r}.")
@@ -108,7 +107,7 @@ class Iterator:
         with graph.colocate_with(self._iterator_op):
             op = graph.create_op("IteratorGetNext", [], {"iterator": self._iterator_op},
                                  name=name or "IteratorGetNext")
-        return nest.pack_as(self._output_types, op.outputs)
+        return nest.as_sparse_tensors(nest.pack_as(self._output_types, op.outputs))
 
 
 def _iterator_op(types, shapes, shared_name=None, one_shot_dataset=None):
@@ -130,8 +129,8 @@ def make_initializable_iterator(dataset, shared_name=None):
         iterator = tf.data.make_initializable_iterator(dataset)
         sess.run(iterator.initializer)
     """
-    iterator_op = _iterator_op(dataset.output_types, dataset.output_shapes, shared_name)
-    iterator = Iterator(iterator_op, None, dataset.output_types, dataset.output_shapes)
+    iterator_op = _iterator_op(dataset._output_types, dataset._output_shapes, shared_name)
+    iterator = Iterator(iterator_op, None, dataset._output_types, dataset._output_shapes)
     iterator._initializer = iterator.make_initializer(dataset)
     return iterator
 
@@ -153,9 +152,9 @@ def make_one_shot_iterator(dataset):
                 "stateful objects, such as a `Variable` or `LookupTable`. In these cases, "
                 "use `Dataset.make_initializable_iterator()`. (Original error: Cannot "
                 f"capture {what} (name:{refused.name}, type:{refused.type}) by value.)")
-    iterator_op = _iterator_op(dataset.output_types, dataset.output_shapes,
+    iterator_op = _iterator_op(dataset._output_types, dataset._output_shapes,
                                one_shot_dataset=dataset)
-    return Iterator(iterator_op, None, dataset.output_types, dataset.output_shapes)
+    return Iterator(iterator_op, None, dataset._output_types, dataset._output_shapes)
 
 
 def _not_capturable_by_value(op):

@@ -43,10 +43,12 @@ class DatasetFunction:
             stand_ins = [placeholder(dtype, shape, name=f"element_{index}")
                          for index, (dtype, shape) in enumerate(zip(
                              input_dataset._flat_types(), input_dataset._flat_shapes()))]
-            element = nest.pack_as(input_dataset.output_types, stand_ins)
+            element = nest.as_sparse_tensors(nest.pack_as(input_dataset._output_types,
+                                                          stand_ins))
             result = function(*element) if isinstance(element, tuple) and \
                 not hasattr(element, "_fields") else function(element)
             result = tuple(result) if isinstance(result, list) else result  # as TF 1.15
+            result = nest.as_components(result)
             self.outputs = [as_component_tensor(leaf, index)
                             for index, leaf in enumerate(nest.flatten(result))]
         self.structure = nest.pack_as(result, self.outputs)
@@ -165,7 +167,7 @@ class FilterDataset(Dataset):
                 not outputs[0].shape.is_compatible_with(TensorShape([])):
             raise ValueError(f"`predicate` must return a scalar boolean tensor, got "
                              f"{self._function.structure!r}")
-        super().__init__(input_dataset.output_types, input_dataset.output_shapes,
+        super().__init__(input_dataset._output_types, input_dataset._output_shapes,
                          inputs=[input_dataset], captures=self._function.captured)
         self._input = input_dataset
 
@@ -179,34 +181,49 @@ class FilterDataset(Dataset):
 
 
 class BatchDataset(Dataset):
-    """Consecutive elements stacked along a new dimension 0."""
+    """Consecutive elements stacked along a new dimension 0; a SparseTensor
+    component batched as TF batches one (its rank one higher)."""
 
     def __init__(self, input_dataset, batch_size, drop_remainder=False):
         self._batch_size = ScalarArg(batch_size, "batch_size", positive("batch_size"))
         leading = self._batch_size.static if drop_remainder else None
-        super().__init__(input_dataset.output_types, nest.map_structure(
-            lambda shape: _batched_shape(shape, leading), input_dataset.output_shapes),
-            inputs=[input_dataset], captures=captured(self._batch_size))
+        super().__init__(input_dataset._output_types, nest.map_components(
+            input_dataset._output_shapes, lambda shape: _batched_shape(shape, leading),
+            _batched_sparse_shapes), inputs=[input_dataset],
+            captures=captured(self._batch_size))
         self._input, self._drop_remainder = input_dataset, bool(drop_remainder)
+        self._sparse_starts = nest.sparse_starts(input_dataset._output_types)
 
     def _elements(self, env):
         batch, batch_size = [], self._batch_size.value(env)
         for element in self._input._elements(env):
             batch.append(element)
             if len(batch) == batch_size:
-                yield _stacked(batch, env)
+                yield _stacked(batch, env, self._sparse_starts)
                 batch = []
         if batch and not self._drop_remainder:
-            yield _stacked(batch, env)
+            yield _stacked(batch, env, self._sparse_starts)
 
 
 def _batched_shape(shape, leading):
     return TensorShape(None) if shape.dims is None else TensorShape([leading, *shape.dims])
 
 
-def _stacked(elements, env):
-    components = []
-    for index, values in enumerate(zip(*elements)):
+def _batched_sparse_shapes(shapes):
+    rank = shapes.dense_shape.dims[0] if shapes.dense_shape.dims else None
+    wider = None if rank is None else rank + 1
+    return nest.SparseComponents(TensorShape([None, wider]), TensorShape([None]),
+                                 TensorShape([wider]))
+
+
+def _stacked(elements, env, sparse_starts=()):
+    columns, components, index = list(zip(*elements)), [], 0
+    while index < len(columns):
+        if index in sparse_starts:
+            components += _sparse_batch(columns[index:index + 3], index, env)
+            index += 3
+            continue
+        values = columns[index]
         shapes = [value.shape for value in values]
         for position, shape in enumerate(shapes):
             if shape != shapes[0]:
@@ -215,7 +232,22 @@ def _stacked(elements, env):
                     f"First element had shape {list(shapes[0])} and element {position} "
                     f"had shape {list(shape)}.")
         components.append(np.stack(values))
+        index += 1
     return tuple(components)
+
+
+def _sparse_batch(columns, index, env):
+    """TF's batch of SparseTensors: each one's indices behind its position in
+    the batch, the dense shape each dimension's largest."""
+    indices, values, dense_shapes = columns
+    ranks = {len(shape) for shape in dense_shapes}
+    if len(ranks) != 1:
+        env.invalid_argument(f"Cannot batch SparseTensors of different ranks in component "
+                             f"{index}: {sorted(ranks)}")
+    rows = [np.concatenate([np.full((len(part), 1), row, np.int64), part], axis=1)
+            for row, part in enumerate(indices)]
+    dense_shape = np.concatenate([[len(indices)], np.max(np.stack(dense_shapes), axis=0)])
+    return [np.concatenate(rows), np.concatenate(values), dense_shape.astype(np.int64)]
 
 
 class ShuffleDataset(Dataset):
@@ -225,7 +257,7 @@ class ShuffleDataset(Dataset):
 
     def __init__(self, input_dataset, buffer_size, seed=None, reshuffle_each_iteration=True):
         self._buffer_size = ScalarArg(buffer_size, "buffer_size", positive("buffer_size"))
-        super().__init__(input_dataset.output_types, input_dataset.output_shapes,
+        super().__init__(input_dataset._output_types, input_dataset._output_shapes,
                          inputs=[input_dataset], captures=captured(self._buffer_size))
         self._input = input_dataset
         seeds = get_seed(seed)
@@ -262,7 +294,7 @@ class _CountedDataset(Dataset):
 
     def __init__(self, input_dataset, count):
         self._count = ScalarArg(count, "count")
-        super().__init__(input_dataset.output_types, input_dataset.output_shapes,
+        super().__init__(input_dataset._output_types, input_dataset._output_shapes,
                          inputs=[input_dataset], captures=captured(self._count))
         self._input = input_dataset
 
@@ -312,8 +344,8 @@ class ZipDataset(Dataset):
         if not members or not all(isinstance(member, Dataset) for member in members):
             raise TypeError(f"Dataset.zip takes a (nested) tuple or dict of Datasets, "
                             f"got {datasets!r}")
-        super().__init__(nest.map_structure(lambda d: d.output_types, datasets),
-                         nest.map_structure(lambda d: d.output_shapes, datasets),
+        super().__init__(nest.map_structure(lambda d: d._output_types, datasets),
+                         nest.map_structure(lambda d: d._output_shapes, datasets),
                          inputs=members)
         self._members = members
 
@@ -326,13 +358,13 @@ class ConcatenateDataset(Dataset):
     """One dataset's elements, then another's (same structure and dtypes)."""
 
     def __init__(self, first, second):
-        if not nest.same_structure(first.output_types, second.output_types) or \
+        if not nest.same_structure(first._output_types, second._output_types) or \
                 first._flat_types() != second._flat_types():
             raise TypeError(f"Datasets to concatenate must have the same types: "
-                            f"{first.output_types!r} and {second.output_types!r}")
+                            f"{first._output_types!r} and {second._output_types!r}")
         shapes = [_common_shape(a, b)
                   for a, b in zip(first._flat_shapes(), second._flat_shapes())]
-        super().__init__(first.output_types, nest.pack_as(first.output_types, shapes),
+        super().__init__(first._output_types, nest.pack_as(first._output_types, shapes),
                          inputs=[first, second])
         self._first, self._second = first, second
 
@@ -359,7 +391,7 @@ class PrefetchDataset(Dataset):
         if isinstance(buffer_size, int) and buffer_size == AUTOTUNE:
             buffer_size = AUTOTUNE_PREFETCH
         self._buffer_size = ScalarArg(buffer_size, "buffer_size", positive("buffer_size"))
-        super().__init__(input_dataset.output_types, input_dataset.output_shapes,
+        super().__init__(input_dataset._output_types, input_dataset._output_shapes,
                          inputs=[input_dataset], captures=captured(self._buffer_size))
         self._input = input_dataset
 

@@ -9,9 +9,9 @@ Their kernels run on the host CPU (towerflow/backends/parsing_kernels.py)::
     })
     label, name = tf.decode_csv(line, record_defaults=[[0], ['']])
 
-A ``VarLenFeature`` parses into a :class:`SparseTensor` (a namedtuple of the
-indices, values and dense_shape tensors); fetching it gives the same namedtuple
-of NumPy arrays.
+A ``VarLenFeature`` parses into a ``tf.SparseTensor`` (towerflow/ops/sparse_ops.py):
+``tf.sparse.to_dense(features['tags'], default_value='')`` makes it dense, and
+fetching it gives a ``tf.SparseTensorValue`` of NumPy arrays.
 """
 
 import collections
@@ -22,6 +22,7 @@ from .. import dtypes
 from ..graph.registry import register_not_differentiable, register_op
 from ..graph.shapes import TensorShape, as_shape
 from .constant_ops import convert_to_tensor
+from .sparse_ops import SparseTensor
 
 FixedLenFeature = collections.namedtuple("FixedLenFeature", ["shape", "dtype",
                                                              "default_value"])
@@ -41,10 +42,6 @@ FixedLenSequenceFeature.__doc__ = """A feature holding any number of values of
 ``shape`` each, parsed into a dense [count, *shape] tensor (in a batch, padded
 with ``default_value``): ``tf.FixedLenSequenceFeature([2], tf.float32,
 allow_missing=True)``."""
-
-SparseTensor = collections.namedtuple("SparseTensor", ["indices", "values", "dense_shape"])
-SparseTensor.__doc__ = """A sparse tensor as three tensors: ``indices`` (int64
-[N, rank]), ``values`` ([N]) and ``dense_shape`` (int64 [rank])."""
 
 _FEATURE_DTYPES = (dtypes.float32, dtypes.int64, dtypes.string)
 _CSV_DTYPES = (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.string)

@@ -10,11 +10,16 @@ StridedSlice). The inputs they take for a shape only (``like``) get None.
 Where the forward derivative depends on a value (TanhGrad on y, EluGrad on
 y), that value gets the second-derivative term, as in TensorFlow; where it
 is piecewise constant (ReluGrad, MaxPoolGrad) it gets zeros, as in
-TensorFlow. Imported once by towerflow/__init__.py, after every op exists.
+TensorFlow. The gradients TF builds from differentiable ops but towerflow
+runs as one kernel (EinsumGrad, CholeskyGrad, MatrixDiagPartGrad,
+DynamicTileGrad) get a gradient of their own. Imported once by
+towerflow/__init__.py, after every op exists.
 """
 
+# NOTE: activation_ops, einsum_ops and pad_ops are imported for their gradient ops to
+# exist before they get gradients here
 from ..graph.registry import register_gradient
-from . import math_ops
+from . import activation_ops, einsum_ops, linalg_ops, math_ops, pad_ops  # noqa: F401
 from .array_ops import concat
 from .constant_ops import convert_to_tensor, ones_like, zeros_like
 
@@ -81,7 +86,40 @@ def _gelu_tanh_second(x):
     return (1.0 - math_ops.square(t)) * (du + x * (0.5 * ddu - t * math_ops.square(du)))
 
 
+def _leaky_relu_grad_grad(op, grad):
+    """LeakyReluGrad(dy, x) = dy where x > 0, else alpha * dy: linear in dy, flat in x."""
+    x = op.inputs[1]
+    return [_create(op, "LeakyReluGrad", [grad, x], op.attrs), zeros_like(x)]
+
+
+def _relu6_grad_grad(op, grad):
+    """Relu6Grad(dy, y) = dy where 0 < y < 6: linear in dy, flat in y."""
+    y = op.inputs[1]
+    return [_create(op, "Relu6Grad", [grad, y], op.attrs), zeros_like(y)]
+
+
+def _selu_grad_grad(op, grad):
+    """SeluGrad(dy, y) = scale * dy where y > 0, else dy * (y + scale * alpha).
+    NOTE: the form of TF's corrected _SeluGradGrad; earlier TFs gave dy
+    EluGrad(grad, the op's own output), which central differences refute."""
+    dy, y = op.inputs
+    return [_create(op, "SeluGrad", [grad, y], op.attrs),
+            math_ops.where(math_ops.less(y, 0.0), grad * dy, zeros_like(y))]
+
+
+def _softplus_grad_grad(op, grad):
+    """SoftplusGrad(dy, x) = dy * sigmoid(x); sigmoid'(x) = 1 / (e^-x + 2 + e^x)."""
+    dy, x = op.inputs
+    return [_create(op, "SoftplusGrad", [grad, x], op.attrs),
+            grad * dy / (math_ops.exp(-x) + 2.0 + math_ops.exp(x))]
+
+
 register_gradient("ReluGrad", _relu_grad_grad)
+register_gradient("LeakyReluGrad", _leaky_relu_grad_grad)
+register_gradient("Relu6Grad", _relu6_grad_grad)
+register_gradient("SeluGrad", _selu_grad_grad)
+register_gradient("SoftplusGrad", _softplus_grad_grad)
+# SoftsignGrad has none, as in TF 1.15
 register_gradient("TanhGrad", _tanh_grad_grad)
 register_gradient("SigmoidGrad", _sigmoid_grad_grad)
 register_gradient("EluGrad", _elu_grad_grad)
@@ -142,6 +180,8 @@ def _strided_slice_grad_grad(op, grad):
 
 register_gradient("ConcatGrad", _concat_grad_grad)
 register_gradient("TileGrad", lambda op, g: [_create(op, "Tile", [g], op.attrs), None])
+register_gradient("DynamicTileGrad", lambda op, g: [
+    _create(op, "DynamicTile", [g, op.inputs[2]]), None, None])
 register_gradient("PadGrad", _pad_grad_grad)
 register_gradient("StridedSliceGrad", _strided_slice_grad_grad)
 register_gradient("GatherGrad", lambda op, g: [
@@ -264,3 +304,47 @@ def _batch_norm_grad_composite(dy, x, scale, op, training):
 
 
 register_gradient("FusedBatchNormGrad", _fused_batch_norm_grad_grad)
+
+# -- einsum and linear algebra: TF builds these gradients from differentiable ops ---
+
+
+def _einsum_grad_grad(op, grad):
+    """EinsumGrad(G, *A) = d<G, einsum(A)> / dA_i is linear in G and in every
+    other operand, and free of A_i: <grad, it> = <G, einsum(A with A_i :=
+    grad)>, so G gets that einsum and each other operand k its EinsumGrad."""
+    dy, *operands = op.inputs
+    index = op.attrs["index"]
+    swapped = operands[:index] + [grad] + operands[index + 1:]
+    attrs = {key: op.attrs[key] for key in ("inputs", "output", "equation")}
+    others = [None if k == index else _create(op, "EinsumGrad", [dy, *swapped],
+                                              {**attrs, "index": k})
+              for k in range(len(operands))]
+    return [_create(op, "Einsum", swapped, attrs)] + others
+
+
+def _cholesky_grad_grad(op, grad):
+    """As _fused_batch_norm_grad_grad: TF's _CholeskyGrad rebuilt from
+    matrix_inverse, matmul and the band and diagonal ops, differentiated by
+    the ordinary engine (TF's CholeskyGrad is those ops, so TF has this)."""
+    from .. import autodiff
+    wanted = list(op.inputs)   # (lower, dl)
+    composite = _cholesky_grad_composite(*wanted)
+    second = autodiff.gradients(composite, wanted, grad_ys=grad, name="CholeskyGradGrad",
+                                stop_gradients=wanted)
+    return [zeros_like(t) if g is None else g for t, g in zip(wanted, second)]
+
+
+def _cholesky_grad_composite(lower, grad):
+    """sym(L^-T Phi(L^T grad) L^-1), Phi: the lower triangle, its diagonal halved."""
+    inverse = linalg_ops.matrix_inverse(lower)
+    middle = math_ops.matmul(lower, grad, transpose_a=True)
+    middle = (linalg_ops.matrix_band_part(middle, -1, 0) -
+              0.5 * linalg_ops.matrix_diag(linalg_ops.matrix_diag_part(middle)))
+    grad_a = math_ops.matmul(math_ops.matmul(inverse, middle, transpose_a=True), inverse)
+    return 0.5 * (grad_a + linalg_ops.matrix_transpose(grad_a))
+
+
+register_gradient("EinsumGrad", _einsum_grad_grad)
+register_gradient("CholeskyGrad", _cholesky_grad_grad)
+register_gradient("MatrixDiagPartGrad", lambda op, g: [
+    _create(op, "MatrixDiagPart", [g], {"_what": "MatrixDiagPart"}), None])
