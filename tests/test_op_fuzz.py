@@ -146,6 +146,14 @@ def test_every_public_op_is_fuzzed_or_left_out_for_a_reason():
     assert fuzzed <= public_ops()
 
 
+def test_the_compatibility_page_states_how_many_ops_are_fuzzed():
+    page = os.path.join(os.path.dirname(__file__), "..", "docs", "tf1-compatibility.md")
+    with open(page) as text:
+        words = " ".join(text.read().split())
+    fuzzed = {spec.name.split("(")[0] for spec in SPECS}
+    assert f"runs {len(fuzzed)} of the {len(public_ops())} public ops" in words
+
+
 # NOTE: NumPy warns of the NaN and infinities the cases are made of; TensorFlow
 # computes them silently, and the verdict is on the values.
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
