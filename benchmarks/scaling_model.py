@@ -63,7 +63,7 @@ GPU_COUNTS = tuple(2 ** k for k in range(13))          # 1 .. 4,096
 TARGET_EFFICIENCY = 0.9
 MIB = 1 << 20
 
-# NCCL's own latency model, src/graph/tuning.cc (NVIDIA/nccl 2.2x), Simple protocol
+# NCCL's own latency model, src/graph/tuning.cc of recent releases, Simple protocol
 # (the one NCCL picks for megabyte buckets): baseLat 8.4 us per call; hwLat per ring
 # step 3.4 us over NVLink, 14 us over the network (ring and tree alike).
 NCCL_BASE_LATENCY = 8.4e-6
