@@ -309,6 +309,8 @@ def allreduce_time(nbytes, gpus, cluster, algorithm="best"):
     a ring over NVLink inside one node; across nodes, reduce-scatter over NVLink,
     an inter-node ``ring`` or ``tree`` all-reduce of the node's data over its
     network, all-gather over NVLink (``best``: the faster of the two)."""
+    if algorithm not in ("best", "ring", "tree"):
+        raise ValueError(f"algorithm must be 'best', 'ring' or 'tree', got {algorithm!r}")
     if gpus == 1:
         return 0.0
     per_node = min(gpus, cluster.gpus_per_node)

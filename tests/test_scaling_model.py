@@ -92,6 +92,8 @@ def test_one_gpu_communicates_nothing():
 def test_gpus_that_do_not_fill_nodes_are_refused():
     with pytest.raises(ValueError, match="whole nodes of 4, got 6"):
         sm.allreduce_time(MB, 6, small_cluster())
+    with pytest.raises(ValueError, match="'best', 'ring' or 'tree', got 'star'"):
+        sm.allreduce_time(MB, 16, small_cluster(), "star")
 
 
 @pytest.fixture(scope="module")
