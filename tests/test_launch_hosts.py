@@ -170,7 +170,7 @@ def test_two_hosts_train_digits_as_two_ranks_on_one_host(tmp_path, two_host_env)
 
 def test_each_host_ranks_count_from_local_rank_0_and_take_that_hosts_gpus(tmp_path,
                                                                           two_host_env):
-    env = dict(two_host_env, TOWERFLOW_TEST_FORWARDED="yes")
+    env = dict(two_host_env, VIRTUAL_ENV="/probe/venv")
     done = launch_on("hostA:2,hostB:2", [sys.executable, str(PROGRAMS / "local_ranks.py"),
                                          str(tmp_path)], env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -180,7 +180,7 @@ def test_each_host_ranks_count_from_local_rank_0_and_take_that_hosts_gpus(tmp_pa
         [(0, 0, 2), (1, 1, 2), (2, 0, 2), (3, 1, 2)]
     assert [p["bound_of_two_gpus"] for p in places] == [[0], [1], [0], [1]]
     # the fake ssh starts the daemons with a clean environment: this came through -x
-    assert {p["forwarded"] for p in places} == {"yes"}
+    assert {p["forwarded"] for p in places} == {"/probe/venv"}
 
 
 def test_a_rank_lost_on_the_second_host_ends_the_job_with_one_line(tmp_path, two_host_env):
@@ -199,8 +199,8 @@ def test_a_rank_lost_on_the_second_host_ends_the_job_with_one_line(tmp_path, two
     lines = [line for line in done.stderr.splitlines() if "towerflow" in line]
     assert done.returncode == 1 and len(lines) == 1, done.stdout + done.stderr
     assert re.fullmatch(r"towerflow: error: MPI start-up did not complete within 5 s on rank "
-                        r"[01] of 2: rank 1 \(pid \d+\) is stopped \(TOWERFLOW_COLLECTIVE_"
-                        r"TIMEOUT sets the limit\)", lines[0]), done.stderr
+                        r"[01] of 2: rank 1 \(pid \d+\) is stopped "
+                        r"\(TOWERFLOW_COLLECTIVE_TIMEOUT sets the limit\)", lines[0]), done.stderr
     assert seconds < 60 and left == [], (seconds, left)
 
 

@@ -21,5 +21,5 @@ place = {"rank": world.rank, "size": world.size,
          "local_size": int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]),
          "node": int(os.environ["OMPI_COMM_WORLD_NODE_RANK"]),
          "bound_of_two_gpus": list(bound_to_local_rank((0, 1))),
-         "forwarded": os.environ.get("TOWERFLOW_TEST_FORWARDED")}
+         "forwarded": os.environ.get("VIRTUAL_ENV")}
 Path(sys.argv[1], f"rank-{world.rank}.json").write_text(json.dumps(place))
