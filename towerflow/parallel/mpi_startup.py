@@ -19,6 +19,8 @@ from pathlib import Path
 from ..launch_reaper import JOB_VARIABLE
 
 RENDEZVOUS_VARIABLE = "TOWERFLOW_RENDEZVOUS_DIR"
+# set by towerflow launch -H/--hostfile: the launcher cannot read other hosts' directories
+HOSTS_VARIABLE = "TOWERFLOW_LAUNCH_HOSTS"
 
 
 def rendezvous_dir():
@@ -53,8 +55,10 @@ def import_mpi(timeout, rank, size):
         # NOTE: not run when the rank is killed: towerflow launch takes a rank gone
         # without this marker for killed; its peers may then wait in MPI_Finalize for ever
         atexit.register(_leave_marker, directory, rank, "ended-rank")
-    # under towerflow launch the launcher prints the watchdog's line (it ends the job)
-    reporter = "launcher" if JOB_VARIABLE in os.environ else "stderr"
+    # under towerflow launch the launcher prints the watchdog's line (it ends the job);
+    # on several hosts the line reaches it through the rank's stderr
+    reporter = ("stream" if HOSTS_VARIABLE in os.environ else
+                "launcher" if JOB_VARIABLE in os.environ else "stderr")
     watchdog = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("mpi_watchdog.py")), str(os.getpid()),
          repr(float(timeout)), str(rank), str(size), directory, reporter],

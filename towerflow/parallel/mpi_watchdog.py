@@ -1,7 +1,7 @@
 """The watchdog of MPI start-up, run as a script (standard library only, so it
 starts in milliseconds) by towerflow/parallel/mpi_startup.py:
 
-    python mpi_watchdog.py PARENT_PID TIMEOUT RANK SIZE RENDEZVOUS_DIR stderr|launcher
+    python mpi_watchdog.py PARENT_PID TIMEOUT RANK SIZE RENDEZVOUS_DIR stderr|launcher|stream
 
 It waits on stdin: the parent closes it once ``from mpi4py import MPI`` has
 returned. If that takes longer than TIMEOUT seconds, it writes one line
@@ -10,6 +10,10 @@ never started, died, stopped; or its own rank, if that is the one stopped)
 to RENDEZVOUS_DIR/failed-rank-RANK, prints it too unless ``towerflow
 launch`` does (``launcher``), and kills the parent, which is stuck inside
 MPI_Init where no Python code (no timer, no signal handler) can run.
+
+In a launch on several hosts (``stream``) the launcher cannot read this
+host's RENDEZVOUS_DIR: the line goes to stderr behind FAILURE_PREFIX instead,
+and mpiexec carries it to the launcher, which takes it out of the output.
 """
 
 import os
@@ -19,15 +23,19 @@ import socket
 import sys
 
 STOPPED_GRACE = 3.0     # seconds a stopped rank's watchdog leaves its peers to name it
+# what starts a failure line meant for towerflow launch in a rank's stderr (several hosts)
+FAILURE_PREFIX = "towerflow-launch-failure: "
 
 
-def peer_state(rendezvous_dir, peer):
+def peer_state(rendezvous_dir, peer, reporter_of_launch="launcher"):
     """How rank ``peer`` stands, from its marker '<pid> <host>' (if any)."""
     try:
         with open(os.path.join(rendezvous_dir, f"rank-{peer}")) as marker:
             pid_text, host = marker.read().split()
     except (OSError, ValueError):
-        return "never started"
+        # NOTE: a rank on another host leaves its marker there, out of this one's sight
+        return "never started" if reporter_of_launch != "stream" else \
+            "did not finish starting MPI (no marker on this host: it may run on another)"
     if host != socket.gethostname():
         return f"started on host {host} but did not finish starting MPI"
     state = process_state(pid_text)
@@ -50,9 +58,10 @@ def process_state(pid):
     return "running"
 
 
-def missing_peers_line(timeout, rank, size, rendezvous_dir):
+def missing_peers_line(timeout, rank, size, rendezvous_dir, reporter="launcher"):
     """The one line printed when start-up ran out of time."""
-    states = {peer: peer_state(rendezvous_dir, peer) for peer in range(size) if peer != rank}
+    states = {peer: peer_state(rendezvous_dir, peer, reporter)
+              for peer in range(size) if peer != rank}
     unusual = {peer: state for peer, state in states.items() if "did not finish" not in state}
     named = unusual or states
     described = "; ".join(f"rank {peer} {state}" for peer, state in named.items())
@@ -79,11 +88,12 @@ def main(parent_pid, timeout, rank, size, rendezvous_dir, reporter):
     if process_state(parent_pid) == "is stopped":
         line = stopped_self_line(timeout, rank, size, parent_pid)
     else:
-        line = missing_peers_line(timeout, rank, size, rendezvous_dir)
-    if reporter == "stderr":
-        sys.stderr.write(line + "\n")
+        line = missing_peers_line(timeout, rank, size, rendezvous_dir, reporter)
+    if reporter in ("stderr", "stream"):
+        sys.stderr.write((FAILURE_PREFIX if reporter == "stream" else "") + line + "\n")
         sys.stderr.flush()
-    _leave_failure(rendezvous_dir, rank, line)
+    if reporter != "stream":
+        _leave_failure(rendezvous_dir, rank, line)
     os.kill(parent_pid, signal.SIGKILL)
     return 1
 
