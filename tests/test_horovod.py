@@ -49,7 +49,9 @@ def run_program(program, out_dir, *args, ranks=2):
     line = [sys.executable, str(PROGRAMS / program), str(out_dir), *args]
     if ranks:
         line = [sys.executable, "-m", "towerflow", "launch", "-n", str(ranks), "--", *line]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    # NOTE: on the CPU: two ranks on a host with one GPU would list GPU 1 in
+    # visible_device_list, which TF (and towerflow) refuse
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(
         [str(Path(tf.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(line, capture_output=True, text=True, timeout=240, env=env,
                           check=False)
@@ -254,8 +256,15 @@ def test_bad_arguments_name_what_was_expected():
 # -- the visible_device_list idiom ----------------------------------------------------
 
 
-@pytest.mark.simulated_gpus(2)
-def test_visible_device_list_gives_the_listed_gpu_as_gpu_0(gpu_backend):
+@pytest.fixture
+def two_simulated_gpus(monkeypatch):
+    """Two simulated GPUs, even beside a real one (these tests need two)."""
+    from conftest import release_gpu_backend, use_gpu_backend
+    yield use_gpu_backend(2, monkeypatch, simulated=True)
+    release_gpu_backend()
+
+
+def test_visible_device_list_gives_the_listed_gpu_as_gpu_0(two_simulated_gpus):
     from towerflow.simgpu import state
     config = tf.ConfigProto()
     config.gpu_options.visible_device_list = "1"
@@ -273,13 +282,12 @@ def test_visible_device_list_gives_the_listed_gpu_as_gpu_0(gpu_backend):
                 if d.device_type == "GPU"] == [("/device:GPU:0", 1), ("/device:GPU:1", 0)]
 
 
-@pytest.mark.simulated_gpus(2)
 @pytest.mark.parametrize("listed, message", [
     ("2", "'visible_device_list' listed an invalid GPU id '2' but visible device count is 2"),
     ("0,x", "Could not parse entry in 'visible_device_list': 'x'. visible_device_list = 0,x"),
     ("1,1", "visible_device_list contained a duplicate entry: 1,1"),
 ])
-def test_a_bad_visible_device_list_is_tensorflows_error(gpu_backend, listed, message):
+def test_a_bad_visible_device_list_is_tensorflows_error(two_simulated_gpus, listed, message):
     config = tf.ConfigProto(gpu_options=tf.GPUOptions(visible_device_list=listed))
     with pytest.raises(errors.InvalidArgumentError) as raised:
         tf.Session(config=config)
