@@ -51,6 +51,7 @@ _HOST_READS = {
     "LearningRateSchedule": "calls a Python function on each step's value",
     "MpiAllReduce": "exchanges host arrays over MPI",
     "MpiBroadcast": "exchanges host arrays over MPI",
+    "MpiAllGather": "exchanges host arrays over MPI",
     "TruncatedNormal": "redraws its tails until the host sees none left",
     # tf.unique and tf.boolean_mask (and its gradient): value-sized outputs
     "Unique": "reads its output's size on the host",

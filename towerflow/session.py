@@ -14,6 +14,7 @@ from . import backends, errors, plan_capture, switches, tracing
 from .backends.cpu_threads import intra_op_threads
 from .backends.queues import deadline_after
 from .device import runtime
+from .device.visible_list import gpus_in_listed_order
 from .graph import core
 from .log import logger
 from .placement import Placer, log_lines
@@ -22,7 +23,8 @@ from .session_fetch import FetchMapper, expand_feeds, flat_feed_dict, structure_
 
 
 class GPUOptions:
-    """TensorFlow's GPU options; ``visible_device_list`` picks GPUs by index."""
+    """TensorFlow's GPU options; ``visible_device_list`` ('1', '0,1') picks the
+    process's GPUs by index and numbers them in its order (device/visible_list.py)."""
 
     def __init__(self, allow_growth=False, per_process_gpu_memory_fraction=0.0,
                  visible_device_list=""):
@@ -330,8 +332,10 @@ def _describe(targets):
 
 def _session_devices(config):
     """The logical devices, limited by ``device_count`` ({'GPU': 0} hides GPUs);
-    ``{'CPU': N}`` gives exactly N CPUs, adding logical CPUs past the process's."""
-    devices = runtime.logical_devices()
+    ``{'CPU': N}`` gives exactly N CPUs, adding logical CPUs past the process's;
+    ``gpu_options.visible_device_list`` picks and orders the GPUs."""
+    devices = gpus_in_listed_order(runtime.logical_devices(),
+                                   getattr(config.gpu_options, "visible_device_list", ""))
     limits = {kind.upper(): int(count) for kind, count in config.device_count.items()}
     for kind, count in limits.items():
         if kind not in ("CPU", "GPU") or count < 0:

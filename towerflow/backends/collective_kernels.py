@@ -1,5 +1,6 @@
-"""Kernels of the MPI collectives (host arrays). The MPI world is looked up
-when a plan is compiled, so importing towerflow never starts MPI."""
+"""Kernels of the MPI collectives (host arrays). The world is looked up when a
+plan is compiled, so importing towerflow never starts MPI; an op's ``world``
+attr picks it (MPI's for the towers, towerflow.horovod's for hvd's ops)."""
 
 import numpy as np
 
@@ -8,8 +9,9 @@ def build_collective_kernels():
     """The collective kernel table (NumPy arrays on the host)."""
     def collective(kind, method):
         def make(ctx):
-            world, what = _world(), f"{kind} '{ctx.op.name}'"
+            world, what = _world(ctx.attrs.get("world")), f"{kind} '{ctx.op.name}'"
             timeout, signature = ctx.attrs["timeout"], ctx.attrs["signature"]
+            extra = {"root": ctx.attrs["root_rank"]} if "root_rank" in ctx.attrs else {}
             checked = []
 
             def run(x):
@@ -18,14 +20,15 @@ def build_collective_kernels():
                 if signature is not None and not checked:
                     world.check_signature(signature, what, timeout)
                     checked.append(True)
-                return getattr(world, method)(np.asarray(x), what, timeout)
+                return getattr(world, method)(np.asarray(x), what, timeout, **extra)
             return run
         return make
 
     return {"MpiAllReduce": collective("all-reduce", "all_reduce"),
-            "MpiBroadcast": collective("broadcast", "broadcast")}
+            "MpiBroadcast": collective("broadcast", "broadcast"),
+            "MpiAllGather": collective("all-gather", "all_gather_rows")}
 
 
-def _world():
+def _world(name):
     from ..parallel import mpi
-    return mpi.world()
+    return mpi.world_named(name)

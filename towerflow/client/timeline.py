@@ -38,7 +38,7 @@ StepStatsAnalysis = collections.namedtuple("StepStatsAnalysis",
                                            ("chrome_trace", "allocator_maximums"))
 _LABEL = re.compile(r"(.*) = (.*)\((.*)\)")
 # Ops that every rank of a step runs together, exchanging data between processes.
-COLLECTIVE_OPS = frozenset({"MpiAllReduce", "MpiBroadcast", "NcclAllReduce"})
+COLLECTIVE_OPS = frozenset({"MpiAllReduce", "MpiBroadcast", "MpiAllGather", "NcclAllReduce"})
 
 
 class TracedRun(typing.NamedTuple):

@@ -129,7 +129,7 @@ class MpiWorld:
 
     def broadcast(self, array, what, timeout, root=0):
         """Rank ``root``'s ``array`` on every rank."""
-        buffer = np.ascontiguousarray(array).copy()
+        buffer = np.require(array, requirements="C").copy()   # keeps 0-d shapes
         self._arrive(what, timeout, _Arrival.of("broadcast", buffer))
         self._wait(self.comm.Ibcast(buffer, root=root), (buffer,), what, timeout)
         return buffer
@@ -138,6 +138,12 @@ class MpiWorld:
         """Every rank's ``value`` (any picklable object), in rank order."""
         self._arrive(what, timeout, _Arrival.of("all-gather"))
         return self.comm.allgather(value)
+
+    def all_gather_rows(self, array, what, timeout):
+        """Every rank's ``array`` concatenated along dimension 0, in rank order:
+        the first dimensions may differ, the others and the dtype may not."""
+        pieces = self.all_gather(np.asarray(array), what, timeout)
+        return concatenate_rows(pieces, what)
 
     def check_signature(self, signature, what, timeout):
         """InvalidArgumentError naming the first difference between this rank's
@@ -226,6 +232,39 @@ class MpiWorld:
         return errors.UnavailableError(
             None, None, f"{who} did not join {what} within {timeout:g} s (seen from rank "
             f"{self.rank} of {self.size}): it died or stopped answering")
+
+
+class LoneWorld:
+    """The world of a process that runs alone (not launched, or launched with
+    one rank): every collective is the identity, and MPI is never started."""
+
+    rank, size = 0, 1
+
+    def all_reduce(self, array, what, timeout):
+        return np.array(array, copy=True)
+
+    def broadcast(self, array, what, timeout, root=0):
+        return np.array(array, copy=True)
+
+    def all_gather(self, value, what, timeout):
+        return [value]
+
+    def all_gather_rows(self, array, what, timeout):
+        return np.array(array, copy=True)
+
+
+def concatenate_rows(pieces, what):
+    """``pieces`` (one array per rank) joined along dimension 0, else
+    InvalidArgumentError naming the first rank whose other dimensions or
+    dtype differ from rank 0's."""
+    first = pieces[0]
+    for rank, piece in enumerate(pieces[1:], start=1):
+        if piece.ndim == 0 or piece.shape[1:] != first.shape[1:] or piece.dtype != first.dtype:
+            raise errors.InvalidArgumentError(
+                None, None, f"{what}: rank 0 has shape {list(first.shape)} {first.dtype} but "
+                f"rank {rank} has shape {list(piece.shape)} {piece.dtype}; an all-gather needs "
+                "the same dtype and the same dimensions after the first on every rank")
+    return np.concatenate(pieces, axis=0)
 
 
 class _Arrival:
@@ -321,8 +360,25 @@ def world():
     return _world
 
 
+# Which world a collective op exchanges through, by its ``world`` attr:
+# towerflow's towers use MPI's; towerflow.horovod registers its own (which
+# checks hvd.init() and runs alone without MPI in a single process).
+_WORLD_PROVIDERS = {"mpi": world}
+
+
+def register_world(name, provider):
+    """Make collective ops whose ``world`` attr is ``name`` use ``provider()``."""
+    _WORLD_PROVIDERS[name] = provider
+
+
+def world_named(name):
+    """The world a collective op with ``world`` attr ``name`` runs in."""
+    return _WORLD_PROVIDERS[name or "mpi"]()
+
+
 # -- graph ops ------------------------------------------------------------------------
 
+from ..graph import TensorShape  # noqa: E402
 from ..graph.registry import register_not_differentiable, register_op  # noqa: E402
 
 
@@ -332,16 +388,37 @@ def _same_shape(inputs, attrs):
 
 # (x) -> the sum of x over all ranks; attrs: timeout, signature (checked once).
 register_op("MpiAllReduce", _same_shape, stateful=True)
-# (x) -> rank 0's x on every rank; attrs: timeout, signature (checked once).
+def _gathered_shape(inputs, attrs):
+    x = inputs[0]
+    if x.shape.rank == 0:
+        raise ValueError(f"an all-gather joins tensors along dimension 0, but {x.name} is "
+                         "a scalar; reshape it to [1] first")
+    dims = x.shape.dims
+    rows = None if dims is None else [None] + list(dims[1:])
+    return [(TensorShape(rows), x.dtype)]
+
+
+# (x) -> root_rank's x on every rank; attrs: timeout, signature (checked once),
+# root_rank (default 0).
 register_op("MpiBroadcast", _same_shape, stateful=True)
-register_not_differentiable("MpiAllReduce", "MpiBroadcast")
+# (x) -> every rank's x joined along dimension 0 (first dimensions may differ).
+register_op("MpiAllGather", _gathered_shape, stateful=True)
+register_not_differentiable("MpiAllReduce", "MpiBroadcast", "MpiAllGather")
+# Every op above also takes attr ``world``: None (MPI's) or a registered name.
 
 
-def all_reduce_op(tensor, timeout, signature=None, name="mpi_all_reduce"):
-    attrs = {"timeout": float(timeout), "signature": signature}
+def all_reduce_op(tensor, timeout, signature=None, name="mpi_all_reduce", world=None):
+    attrs = {"timeout": float(timeout), "signature": signature, "world": world}
     return tensor.graph.create_op("MpiAllReduce", [tensor], attrs, name=name).outputs[0]
 
 
-def broadcast_op(tensor, timeout, signature=None, name="mpi_broadcast"):
-    attrs = {"timeout": float(timeout), "signature": signature}
+def broadcast_op(tensor, timeout, signature=None, name="mpi_broadcast", root_rank=0,
+                 world=None):
+    attrs = {"timeout": float(timeout), "signature": signature, "root_rank": int(root_rank),
+             "world": world}
     return tensor.graph.create_op("MpiBroadcast", [tensor], attrs, name=name).outputs[0]
+
+
+def all_gather_op(tensor, timeout, name="mpi_all_gather", world=None):
+    attrs = {"timeout": float(timeout), "signature": None, "world": world}
+    return tensor.graph.create_op("MpiAllGather", [tensor], attrs, name=name).outputs[0]
