@@ -62,6 +62,10 @@ def add_train_parser(commands, parents=()):
                        choices=["auto", "cpu", "local", "nccl", "mpi"],
                        help="how the towers' gradients are summed (default auto: NCCL "
                             "between GPUs, MPI between ranks, else on the host)")
+    train.add_argument("--sync-batch-norm", action="store_true",
+                       help="normalise every batch norm with the statistics of the global "
+                            "batch across all towers and ranks (one all-reduce per layer "
+                            "and step; default: each tower's own shard)")
     train.add_argument("--precision", default=None,
                        choices=["float32", "mixed_float16", "mixed_bfloat16"],
                        help="mixed_float16: float16 compute, float32 weights, loss scaling; "
@@ -181,13 +185,13 @@ def _fit_options(args):
              "checkpoint_dir", "resume", "extend", "checkpoint_every", "checkpoint_secs",
              "keep_checkpoints", "log_device_placement", "quiet", "json_out", "log_every",
              "schedule_steps", "trace", "trace_steps",
-             "tensorboard")
+             "tensorboard", "sync_batch_norm")
     return {name: getattr(args, name) for name in names}
 
 
 # What a resumed run needs to be told again (the rest comes from the checkpoint).
-_RESUME_OPTIONS = ("devices", "towers", "cpu_towers", "all_reduce", "data_dir",
-                   "checkpoint_dir", "checkpoint_every", "checkpoint_secs",
+_RESUME_OPTIONS = ("devices", "towers", "cpu_towers", "all_reduce", "sync_batch_norm",
+                   "data_dir", "checkpoint_dir", "checkpoint_every", "checkpoint_secs",
                    "keep_checkpoints", "json_out", "quiet", "tensorboard")
 
 
@@ -235,7 +239,7 @@ _UNSET = {"devices": None, "towers": None, "cpu_towers": None, "all_reduce": "au
           "precision": None, "extend": False, "checkpoint_every": None,
           "checkpoint_secs": None, "keep_checkpoints": 3, "log_every": None,
           "schedule_steps": None, "trace": None, "trace_steps": None,
-          "tensorboard": None}
+          "tensorboard": None, "sync_batch_norm": False}
 
 
 def run_script(recipe, args):

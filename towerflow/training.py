@@ -48,7 +48,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
         log_device_placement=False, quiet=False, json_out=None, precision=None,
         checkpoint_every=None, checkpoint_secs=None, keep_checkpoints=3, extend=False,
         log_every=None, schedule_steps=None, trace=None, trace_steps=None,
-        tensorboard=None):
+        tensorboard=None, sync_batch_norm=False):
     """Train ``recipe`` on ``devices`` (one tower each); returns the summary dict
     (the keys of ``--json-out``). ``steps`` and ``epochs`` are the run's total
     length (the smaller when both are given; default: the recipe's epochs) and
@@ -68,6 +68,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     run's second (towerflow/training_trace.py).
     ``tensorboard``: a directory where rank 0 writes the curve's rows, the
     learning rate and samples/s as TensorBoard event files.
+    ``sync_batch_norm``: every batch norm normalises with the global batch's
+    statistics across towers and ranks (DataParallel's option).
 
     >>> fit(digits.RECIPE, ['/cpu:0'], steps=60, checkpoint_dir='ck')['steps']
     60
@@ -98,7 +100,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     with graph.as_default():
         with _policy(record["precision"]):
             model = _build(recipe, splits, devices, all_reduce, record,
-                           run_record.schedule_span(record, total), keep_checkpoints)
+                           run_record.schedule_span(record, total), keep_checkpoints,
+                           sync_batch_norm)
         model.normalisation = {key: pipeline_options[key] for key in ("mean", "std", "scale")
                                if key in pipeline_options}
         check_ranks_agree(model.strategy, graph, {
@@ -106,6 +109,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
             "--epochs": record["epochs"], "--steps": record["steps"], "--seed": record["seed"],
             "--precision": record["precision"], "--resume": resume,
             "--schedule-steps": record.get("schedule_steps"),
+            "--sync-batch-norm": sync_batch_norm,
             "the training samples": len(splits.train.labels)})
         # the chief writes the checkpoints: one run at a time in their directory
         lock = run_lock.held(checkpoint_dir) if checkpoint_dir and model.is_chief else \
@@ -146,7 +150,8 @@ def _describe(recipe, devices, model, record, board_dir):
     strategy = model.strategy
     described = {"recipe": recipe.name, "devices": list(devices), "towers": len(devices),
                  "world_size": strategy.num_ranks, "total_towers": strategy.num_shards,
-                 "all_reduce": strategy.communicator.name, "precision": record["precision"]}
+                 "all_reduce": strategy.communicator.name, "precision": record["precision"],
+                 "sync_batch_norm": strategy.sync_batch_norm}
     if board_dir:
         described["tensorboard_run"] = board_dir
     return described
@@ -214,7 +219,8 @@ def _policy(precision):
         mixed_precision.set_global_policy(previous)
 
 
-def _build(recipe, splits, devices, all_reduce, record, schedule_steps, keep_checkpoints=3):
+def _build(recipe, splits, devices, all_reduce, record, schedule_steps, keep_checkpoints=3,
+           sync_batch_norm=False):
     """The towers, the step and the Saver; ``record`` gives the seed and precision."""
     from .ops.random_ops import set_random_seed
     set_random_seed(record["seed"])
@@ -239,7 +245,7 @@ def _build(recipe, splits, devices, all_reduce, record, schedule_steps, keep_che
     optimizer = recipe.optimizer(global_step, schedule_steps)
     if mixed_precision.Policy(record["precision"]).loss_scale == "dynamic":
         optimizer = mixed_precision.LossScaleOptimizer(optimizer)
-    strategy = DataParallel(devices, all_reduce=all_reduce)
+    strategy = DataParallel(devices, all_reduce=all_reduce, sync_batch_norm=sync_batch_norm)
     step = strategy.minimize(tower_fn, (images, labels), optimizer, global_step=global_step)
     saver = Saver(max_to_keep=keep_checkpoints)
     return _Model(images=images, labels=labels, training=training, step=step,

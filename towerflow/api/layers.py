@@ -19,7 +19,7 @@ import numpy as np
 from .. import dtypes
 from ..graph import core
 from ..graph.core import GraphKeys, Tensor
-from ..ops import array_ops, init_ops, math_ops, nn_ops, norm_ops
+from ..ops import array_ops, init_ops, math_ops, nn_ops, norm_ops, sync_norm_ops
 from .base_layer import Layer
 from .conv_layers import (
     AveragePooling1D,
@@ -157,6 +157,12 @@ class BatchNormalization(Layer):
         y = tf.layers.BatchNormalization()(x, training=True)
         with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
             train_op = optimizer.minimize(loss)
+
+    ``synchronized=True`` (Keras's argument since TF 2.12, not TF 1.15's): in
+    the towers of a ``tf.parallel.DataParallel`` step, training normalises
+    with the statistics of the global batch across every tower and MPI rank
+    (one all-reduce per layer; towerflow/ops/sync_norm_ops.py); on one device
+    it is a plain batch norm.
     """
 
     _base_name = "batch_normalization"
@@ -165,9 +171,10 @@ class BatchNormalization(Layer):
                  beta_initializer=None, gamma_initializer=None,
                  moving_mean_initializer=None, moving_variance_initializer=None,
                  beta_regularizer=None, gamma_regularizer=None, trainable=True, name=None,
-                 **kwargs):
+                 synchronized=False, **kwargs):
         super().__init__(trainable=trainable, name=name, **kwargs)
         self.axis, self.momentum, self.epsilon = axis, momentum, epsilon
+        self.synchronized = _checked_flag(synchronized, "synchronized")
         self.center, self.scale = center, scale
         self.initializers = (gamma_initializer or init_ops.Ones(), beta_initializer,
                              moving_mean_initializer,
@@ -195,9 +202,16 @@ class BatchNormalization(Layer):
 
     def call(self, inputs, training=False):
         x = math_ops.cast_if_needed(inputs, self.compute_dtype)
-        y, batch_mean, batch_var = norm_ops.fused_batch_norm(
-            x, self.gamma, self.beta, self.moving_mean, self.moving_variance, self.epsilon,
-            is_training=training)
+        synchronized = self.synchronized or sync_norm_ops.every_batch_norm_synchronized()
+        # inference (training=False) needs no statistics, so nothing to synchronize
+        if synchronized and training is not False:
+            y, batch_mean, batch_var = sync_norm_ops.synchronized_batch_norm(
+                x, self.gamma, self.beta, self.moving_mean, self.moving_variance,
+                self.epsilon, training, self.stats_dtype)
+        else:
+            y, batch_mean, batch_var = norm_ops.fused_batch_norm(
+                x, self.gamma, self.beta, self.moving_mean, self.moving_variance,
+                self.epsilon, is_training=training)
         if training is not False:
             self._add_updates(training, batch_mean, batch_var)
         return y
@@ -338,16 +352,27 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=1e-3, center=Tru
                         scale=True, beta_initializer=None, gamma_initializer=None,
                         moving_mean_initializer=None, moving_variance_initializer=None,
                         beta_regularizer=None, gamma_regularizer=None,
-                        training=False, trainable=True, name=None, reuse=None):
+                        training=False, trainable=True, name=None, reuse=None,
+                        synchronized=False):
     """``tf.layers.BatchNormalization(...)(inputs, training=training)``: in
-    training the moving-average updates go to ``tf.GraphKeys.UPDATE_OPS``::
+    training the moving-average updates go to ``tf.GraphKeys.UPDATE_OPS``;
+    ``synchronized=True``: the global batch's statistics in the towers of a
+    ``tf.parallel.DataParallel`` step (see BatchNormalization)::
 
         y = tf.layers.batch_normalization(x, training=is_training)
+        y = tf.layers.batch_normalization(x, training=True, synchronized=True)
     """
     return _functional(BatchNormalization, inputs, axis, momentum, epsilon, center, scale,
                        beta_initializer, gamma_initializer, moving_mean_initializer,
                        moving_variance_initializer, beta_regularizer, gamma_regularizer,
-                       trainable, name=name, reuse=reuse, call_args={"training": training})
+                       trainable, name=name, reuse=reuse, call_args={"training": training},
+                       synchronized=synchronized)
+
+
+def _checked_flag(value, what):
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be a Python bool, got {value!r}")
+    return value
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
 from . import missing as _missing

@@ -10,6 +10,7 @@ static output shapes and dtypes, the device requested by the enclosing
 """
 
 import contextlib
+import heapq
 import re
 import threading
 
@@ -131,6 +132,23 @@ class Operation:
 
     def values(self):
         return tuple(self.outputs)
+
+    def _update_input(self, index, tensor):
+        """Make input ``index`` ``tensor`` (TF's private method of that name). A
+        tensor made after this op breaks the graph's creation order, which plans
+        and gradients take as a topological order: call
+        ``graph._sort_topologically()`` after such updates, before using the graph."""
+        self.graph._check_own_tensor(tensor, self.type)
+        old = self.inputs[index]
+        if (tensor.shape.as_list() if tensor.shape.ndims is not None else None) != \
+                (old.shape.as_list() if old.shape.ndims is not None else None) or \
+                tensor.dtype != old.dtype:
+            raise ValueError(f"{self.name} input {index} is {old.shape} {old.dtype.name}; "
+                             f"cannot replace it by {tensor.name} {tensor.shape} "
+                             f"{tensor.dtype.name}")
+        inputs = list(self.inputs)
+        inputs[index] = tensor
+        self.inputs = tuple(inputs)
 
     def run(self, feed_dict=None, session=None):
         """Run this op in ``session`` (default: the default session)."""
@@ -373,6 +391,53 @@ class Graph:
             self._ops.append(op)
             self._ops_by_name[op.name] = op
 
+    def _sort_topologically(self):
+        """Reorder the ops so each comes after its inputs and control inputs,
+        keeping creation order wherever it already holds (the first op whose
+        inputs are all placed goes first) and ops made to run together (attr
+        ``run_together``: an NCCL all-reduce's members) back to back: repairs the
+        order after ``Operation._update_input`` gave an op an input made after it."""
+        with self._lock:
+            units = self._run_together_units()
+            unit_of = {op: unit for unit in units for op in unit}
+            waiting_on, users = {}, {unit: [] for unit in units}
+            for unit in units:
+                sources = {unit_of[source] for op in unit for source in _sources(op)} - {unit}
+                waiting_on[unit] = len(sources)
+                for source in sources:
+                    users[source].append(unit)
+            ready = [(unit[0]._id, unit) for unit in units if not waiting_on[unit]]
+            heapq.heapify(ready)
+            ordered = []
+            while ready:
+                _, unit = heapq.heappop(ready)
+                ordered.extend(unit)
+                for user in users[unit]:
+                    waiting_on[user] -= 1
+                    if not waiting_on[user]:
+                        heapq.heappush(ready, (user[0]._id, user))
+            if len(ordered) != len(self._ops):
+                stuck = next(unit[0] for unit in units if waiting_on[unit])
+                raise ValueError(f"the graph has a cycle through {stuck.name}")
+            for index, op in enumerate(ordered):
+                op._id = index
+            self._ops = ordered
+
+    def _run_together_units(self):
+        """The ops as units to place: each alone, or the members of one
+        ``run_together`` group, in creation order."""
+        units, groups = [], {}
+        for op in self._ops:
+            names = op.attrs.get("run_together")
+            if not names:
+                units.append((op,))
+            elif names not in groups:
+                groups[names] = (op,)
+                units.append(names)
+            else:
+                groups[names] += (op,)
+        return [groups.get(unit, unit) for unit in units]
+
     # -- lookup ----------------------------------------------------------------
 
     def get_operations(self):
@@ -448,6 +513,11 @@ class Graph:
 
 _global_default_graph = Graph()
 _default_graph_stack = []
+
+
+def _sources(op):
+    """The ops ``op`` waits for: its inputs' and its control inputs."""
+    return {tensor.op for tensor in op.inputs} | set(op.control_inputs)
 
 
 def get_default_graph():

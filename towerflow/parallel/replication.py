@@ -17,6 +17,14 @@ weighted by its share of the global batch (n_i / B), summed across towers by
 the communicator in gradient buckets, and every replica applies the same
 update, so replicas stay bit-identical and the result equals one device
 training on the whole batch.
+
+Synchronized batch norm (``sync_batch_norm=True``, or a layer's
+``synchronized=True``): each such layer normalises with the statistics of
+the global batch, summed across towers and ranks by the communicator (one
+all-reduce per layer forward, one backward; see sync_batch_norm.py). Then
+each tower differentiates its loss weighted by n_i / B (the weight enters
+the backward pass, since a tower's gradient also carries the other towers'
+losses through the shared statistics) instead of weighting its gradients.
 """
 
 import collections
@@ -25,8 +33,9 @@ import contextlib
 from .. import dtypes
 from ..graph import core
 from ..graph.core import GraphKeys
-from ..ops import array_ops, math_ops, variable_scope
-from . import buckets, communicators, mpi, sharding
+from ..log import logger
+from ..ops import array_ops, math_ops, sync_norm_ops, variable_scope
+from . import buckets, communicators, mpi, sharding, sync_batch_norm
 
 TrainStep = collections.namedtuple(
     "TrainStep", ["train_op", "loss", "metrics", "tower_losses", "variables", "replicas"])
@@ -36,7 +45,7 @@ class DataParallel:
     """Towers on ``devices`` (default: every GPU, else every logical CPU)."""
 
     def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20,
-                 timeout=None, sync_statistics=False):
+                 timeout=None, sync_statistics=False, sync_batch_norm=False):
         self.devices = list(devices) if devices is not None else default_devices()
         if not self.devices:
             raise ValueError("DataParallel needs at least one device")
@@ -44,6 +53,7 @@ class DataParallel:
         self.bucket_bytes = int(bucket_bytes)
         self.timeout = mpi.resolve_timeout(timeout)
         self.sync_statistics = bool(sync_statistics)
+        self.sync_batch_norm = bool(sync_batch_norm)
         world = mpi.world() if self.communicator.spans_processes else None
         self.rank, self.num_ranks = (world.rank, world.size) if world else (0, 1)
 
@@ -66,6 +76,10 @@ class DataParallel:
         flat_inputs = _flatten(inputs)
         towers = [self._build_tower(graph, tower_fn, inputs, flat_inputs, index)
                   for index in range(self.num_towers)]
+        if self.sync_batch_norm and not towers[0].statistic_sums:
+            logger.warning("sync_batch_norm=True, but the model has no batch norm in "
+                           "training mode: nothing to synchronize")
+        self._wire_statistics(graph, [tower.statistic_sums for tower in towers])
         if self.num_ranks > 1:  # first, so the other towers copy the broadcast values
             self._broadcast_from_rank_0(graph, towers[0].variables + towers[0].statistics)
         replicas = _mirror(graph, [tower.variables for tower in towers])
@@ -89,20 +103,31 @@ class DataParallel:
 
     def _build_tower(self, graph, tower_fn, inputs, flat_inputs, index):
         before = {key: set(map(id, graph.get_collection(key))) for key in _WATCHED}
+        first_op = len(graph.get_operations())
         shard_index = self.rank * self.num_towers + index
         shards = [sharding.shard(tensor, self.num_shards, shard_index) for tensor in flat_inputs]
         fraction = _ShardFraction(flat_inputs[0], self.num_shards, shard_index)
         with graph.device(self.devices[index]), \
                 graph.name_scope(f"tower_{index}") as tower_scope, \
-                _tower_variable_scope(tower_scope), _tower_index(graph, index):
+                _tower_variable_scope(tower_scope), _tower_index(graph, index), \
+                sync_norm_ops.synchronizing_every_batch_norm(self.sync_batch_norm):
             loss, metrics = _loss_and_metrics(tower_fn(_unflatten(inputs, shards)))
         created = {key: [item for item in graph.get_collection(key) if id(item) not in before[key]]
                    for key in _WATCHED}
         trainable = created[GraphKeys.TRAINABLE_VARIABLES]
         statistics = [var for var in created[GraphKeys.GLOBAL_VARIABLES]
                       if all(var is not other for other in trainable)]
-        return _Tower(index, loss, metrics, fraction, trainable, statistics,
-                      created[GraphKeys.UPDATE_OPS])
+        tower = _Tower(index, loss, metrics, fraction, trainable, statistics,
+                       created[GraphKeys.UPDATE_OPS])
+        tower.statistic_sums = sync_batch_norm.new_sums(graph, first_op)
+        return tower
+
+    def _wire_statistics(self, graph, tower_sums, forward_sums=None):
+        """Synchronized batch norms: each tower's k-th cross-tower sum forwards
+        the communicator's sum over every tower's (and rank's) k-th one."""
+        if self.num_shards > 1 and tower_sums[0]:
+            sync_batch_norm.wire(graph, tower_sums, self.communicator, self.devices,
+                                 forward_sums)
 
     def _average_statistics(self, graph, statistics, after):
         """After the step, set every replica of each non-trainable variable (batch
@@ -123,17 +148,23 @@ class DataParallel:
         towers, in the order of ``replicas[tower]``. A loss-scaling optimizer
         (towerflow.mixed_precision) scales each tower's loss and unscales its
         gradients before the reduction."""
-        weighted = []
+        weighted, gradient_sums = [], []
         scaled = hasattr(optimizer, "get_scaled_loss")
         for tower, variables in zip(towers, replicas):
+            first_op = len(graph.get_operations())
+            # synchronized batch norm: the weight enters the backward pass (see above)
+            weight = tower.fraction.of(tower.loss.dtype) if tower.statistic_sums else None
             with graph.device(self.devices[tower.index]), \
                     graph.name_scope(f"tower_{tower.index}_gradients"):
                 if scaled:
                     grads = optimizer.get_unscaled_gradients(
-                        _gradients(optimizer.get_scaled_loss(tower.loss), variables))
+                        _gradients(optimizer.get_scaled_loss(tower.loss), variables, weight))
                 else:
-                    grads = _gradients(tower.loss, variables)
-                weighted.append([tower.fraction.weigh(grad) for grad in grads])
+                    grads = _gradients(tower.loss, variables, weight)
+                weighted.append(grads if weight is not None else
+                                [tower.fraction.weigh(grad) for grad in grads])
+            gradient_sums.append(sync_batch_norm.new_sums(graph, first_op, gradients=True))
+        self._wire_statistics(graph, gradient_sums, [t.statistic_sums for t in towers])
         plan = buckets.plan_buckets(weighted[0], self.bucket_bytes)
         packed = [self._pack(graph, grads, plan, rank) for rank, grads in enumerate(weighted)]
         summed = self.communicator.all_reduce(packed, self.devices, graph)
@@ -209,6 +240,7 @@ class _Tower:
         self.index, self.loss, self.metrics = index, loss, metrics
         self.fraction, self.variables = fraction, variables
         self.statistics, self.update_ops = statistics, update_ops
+        self.statistic_sums = []    # its synchronized batch norms' cross-tower sums
 
 
 class _ShardFraction:
@@ -225,15 +257,20 @@ class _ShardFraction:
 
     def weigh(self, tensor):
         """``tensor * n_i / B``, exactly zero for an empty shard."""
-        dtype = tensor.dtype.base_dtype
+        return sharding.scale_or_zero(tensor, self.of(tensor.dtype))
+
+    def of(self, dtype):
+        """n_i / B as a scalar of ``dtype`` (float32 for other than float64)."""
+        dtype = dtype.base_dtype
         if dtype not in (dtypes.float32, dtypes.float64):
             dtype = dtypes.float32      # cast by scale_or_zero (bfloat16, say)
         if dtype not in self.by_dtype:
             # beside the batch input, named at the root: not part of any tower
-            with tensor.graph.name_scope(None), tensor.graph.control_dependencies(None):
+            graph = self.batch_input.graph
+            with graph.name_scope(None), graph.control_dependencies(None):
                 self.by_dtype[dtype] = sharding.shard_fraction(
                     self.batch_input, self.num_shards, self.shard_index, dtype=dtype)
-        return sharding.scale_or_zero(tensor, self.by_dtype[dtype])
+        return self.by_dtype[dtype]
 
 
 def default_devices():
@@ -266,10 +303,13 @@ def _loss_and_metrics(result):
     return result, {}
 
 
-def _gradients(loss, variables):
+def _gradients(loss, variables, weight=None):
+    """The gradients of ``loss`` (times ``weight``, a scalar, when given)."""
     from .. import autodiff
     from ..ops.indexed_slices import densify
-    grads = autodiff.gradients(loss, variables)
+    if weight is not None:
+        weight = [math_ops.cast_if_needed(weight, loss.dtype)]
+    grads = autodiff.gradients(loss, variables, grad_ys=weight)
     missing = [var.name for var, grad in zip(variables, grads) if grad is None]
     if missing:
         raise ValueError(f"The tower loss does not depend on the variables {missing}; "
