@@ -68,8 +68,8 @@ def add_train_parser(commands, parents=()):
                             "mixed_bfloat16: bfloat16 compute, float32 weights, no scaling "
                             "(default float32)")
     train.add_argument("--batch-size", type=positive_int,
-                       help="the global batch, split across the towers (default: the "
-                            "recipe's)")
+                       help="the global batch (with --accumulate: each micro-batch), "
+                            "split across the towers (default: the recipe's)")
     train.add_argument("--accumulate", type=positive_int, metavar="K",
                        help="gradient accumulation: each update (step) is K micro-batches "
                             "of --batch-size, all-reduced once and equal to one update on "

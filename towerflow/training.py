@@ -39,7 +39,7 @@ from .session import ConfigProto, Session
 from .train import Saver, get_or_create_global_step
 from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
 from .training_trace import StepTraces
-from .training_updates import UpdateMeans, Updates
+from .training_updates import UpdateMeans, Updates, run_micro_batch
 
 EVAL_BATCH = 1000
 
@@ -369,7 +369,7 @@ def _train(sess, model, pipeline, splits, plan):
                 steps.resume()
                 for images, labels in pipeline.epoch():
                     ends_update = updates.ends_update(micro_batch)
-                    update.add(*_run_micro_batch(sess, model, images, labels, ends_update,
+                    update.add(*run_micro_batch(sess, model, images, labels, ends_update,
                                                  traces.run_options(step)), len(labels))
                     micro_batch += 1
                     if not ends_update:     # no stop, no checkpoint inside an update
@@ -435,16 +435,6 @@ def _epochs(plan, updates):
     """The run's length in epochs, for the progress bar (the last may be partial)."""
     return -(-plan.total // updates.per_epoch)
 
-
-def _run_micro_batch(sess, model, images, labels, ends_update, trace_options):
-    """One micro-batch: the step's train op at an update's end (the all-reduce
-    and the apply), else its accumulate op. Returns its loss and accuracy."""
-    step = model.step
-    op = step.train_op if ends_update else step.accumulate_op
-    feed = {model.images: images, model.labels: labels, model.training: True}
-    _, loss, accuracy = sess.run([op, step.loss, step.metrics["accuracy"]], feed_dict=feed,
-                                 **trace_options)
-    return loss, accuracy
 
 
 def _end_of_epoch(plan, epoch, finished, figures):

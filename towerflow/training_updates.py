@@ -55,3 +55,14 @@ class UpdateMeans:
         total = max(self.samples, 1)
         return tuple(sum(float(value[which]) * value[2] for value in self.values) / total
                      for which in (0, 1))
+
+
+def run_micro_batch(sess, model, images, labels, ends_update, trace_options):
+    """One micro-batch: the step's train op at an update's end (the all-reduce
+    and the apply), else its accumulate op. Returns its loss and accuracy."""
+    step = model.step
+    op = step.train_op if ends_update else step.accumulate_op
+    feed = {model.images: images, model.labels: labels, model.training: True}
+    _, loss, accuracy = sess.run([op, step.loss, step.metrics["accuracy"]], feed_dict=feed,
+                                 **trace_options)
+    return loss, accuracy
