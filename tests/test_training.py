@@ -19,7 +19,7 @@ pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
 JSON_KEYS = {"recipe", "devices", "towers", "all_reduce", "steps", "final_loss",
              "train_loss", "train_accuracy", "test_accuracy", "samples_per_sec",
              "step_ms", "first_step_seconds", "eval_seconds", "wall_seconds", "precision",
-             "world_size", "total_towers", "sync_batch_norm"}
+             "world_size", "total_towers", "sync_batch_norm", "accumulate"}
 
 
 def towers(count):

@@ -72,8 +72,13 @@ def add_train_parser(commands, parents=()):
                             "mixed_bfloat16: bfloat16 compute, float32 weights, no scaling "
                             "(default float32)")
     train.add_argument("--batch-size", type=positive_int,
-                       help="the global batch, split across the towers (default: the "
-                            "recipe's)")
+                       help="the global batch (with --accumulate: each micro-batch), "
+                            "split across the towers (default: the recipe's)")
+    train.add_argument("--accumulate", type=positive_int, metavar="K",
+                       help="gradient accumulation: each update (step) is K micro-batches "
+                            "of --batch-size, all-reduced once and equal to one update on "
+                            "a batch K times larger; an epoch's last update takes the "
+                            "micro-batches left (default 1: no accumulation)")
     train.add_argument("--epochs", type=positive_int,
                        help="the run's total length in epochs (default: the recipe's)")
     train.add_argument("--steps", type=positive_int, help="the run's total length in steps "
@@ -166,9 +171,12 @@ def summary_line(result):
     'cifar10: test accuracy 0.4583, 491 samples/s of training (median step 521 ms) on 1
     tower (/cpu:0), 37.1 s in all (11.4 s of evaluation)'
 
-    Under ``towerflow launch -n 2``: ``... on 2 ranks x 1 tower (/cpu:0 each) ...``.
+    Under ``towerflow launch -n 2``: ``... on 2 ranks x 1 tower (/cpu:0 each) ...``;
+    with ``--accumulate 2``: ``(median step 1040 ms, 2 micro-batches a step)``.
     """
-    step = f" (median step {result['step_ms']:.0f} ms)" if result["step_ms"] else ""
+    accumulate = result.get("accumulate", 1)
+    micro = f", {accumulate} micro-batches a step" if accumulate > 1 else ""
+    step = f" (median step {result['step_ms']:.0f} ms{micro})" if result["step_ms"] else ""
     towers = f"{result['towers']} tower" + ("" if result["towers"] == 1 else "s")
     devices = ", ".join(result["devices"])
     ranks = result.get("world_size", 1)
@@ -185,7 +193,7 @@ def _fit_options(args):
              "checkpoint_dir", "resume", "extend", "checkpoint_every", "checkpoint_secs",
              "keep_checkpoints", "log_device_placement", "quiet", "json_out", "log_every",
              "schedule_steps", "trace", "trace_steps",
-             "tensorboard", "sync_batch_norm")
+             "tensorboard", "sync_batch_norm", "accumulate")
     return {name: getattr(args, name) for name in names}
 
 
@@ -239,7 +247,7 @@ _UNSET = {"devices": None, "towers": None, "cpu_towers": None, "all_reduce": "au
           "precision": None, "extend": False, "checkpoint_every": None,
           "checkpoint_secs": None, "keep_checkpoints": 3, "log_every": None,
           "schedule_steps": None, "trace": None, "trace_steps": None,
-          "tensorboard": None, "sync_batch_norm": False}
+          "tensorboard": None, "sync_batch_norm": False, "accumulate": None}
 
 
 def run_script(recipe, args):

@@ -20,7 +20,12 @@ from .resume_point import Candidates, model_files
 from .train.checkpoint_format import checkpoint_prefix
 
 # The options that define the model and the data order (besides the length).
-DEFINING = ("recipe", "batch_size", "seed", "precision", "schedule_steps")
+# --accumulate: the micro-batches of an update (its batch, K x --batch-size).
+DEFINING = ("recipe", "batch_size", "seed", "precision", "schedule_steps", "accumulate")
+
+
+# The value of a defining option that a run recorded before it existed had.
+_BEFORE_RECORDED = {"accumulate": 1}
 
 
 class RunAlreadyFinished(Exception):
@@ -80,6 +85,7 @@ def _fresh(recipe, options):
     record["batch_size"] = int(record.get("batch_size") or recipe.defaults["batch_size"])
     record["seed"] = int(record.get("seed") or 0)
     record["precision"] = record.get("precision") or "float32"
+    record["accumulate"] = int(record.get("accumulate") or 1)
     if not record.get("steps") and not record.get("epochs"):
         record["epochs"] = int(recipe.defaults["epochs"])
     return record
@@ -87,7 +93,7 @@ def _fresh(recipe, options):
 
 def _merged(record, options, path, extend):
     for name in DEFINING:
-        given, saved = options.get(name), record.get(name)
+        given, saved = options.get(name), record.get(name, _BEFORE_RECORDED.get(name))
         if given is not None and given != saved:
             was = f"{option_flag(name)} {saved}" if saved is not None else "without it"
             raise ValueError(f"{option_flag(name)} {given} differs from the checkpoint {path} "
@@ -106,8 +112,15 @@ def _merged(record, options, path, extend):
     return record
 
 
+def accumulation(record):
+    """The run's micro-batches per update: --accumulate, 1 for a run recorded
+    before the option existed."""
+    return int(record.get("accumulate") or 1)
+
+
 def total_steps(record, batches_per_epoch):
-    """The run's length in steps: --steps, --epochs, or the smaller of both."""
+    """The run's length in steps: --steps, --epochs, or the smaller of both
+    (``batches_per_epoch``: steps an epoch, updates with --accumulate)."""
     bounds = [int(record["steps"])] if record.get("steps") else []
     if record.get("epochs"):
         bounds.append(int(record["epochs"]) * batches_per_epoch)

@@ -39,6 +39,7 @@ from .session import ConfigProto, Session
 from .train import Saver, get_or_create_global_step
 from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
 from .training_trace import StepTraces
+from .training_updates import UpdateMeans, Updates, run_micro_batch
 
 EVAL_BATCH = 1000
 
@@ -48,7 +49,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
         log_device_placement=False, quiet=False, json_out=None, precision=None,
         checkpoint_every=None, checkpoint_secs=None, keep_checkpoints=3, extend=False,
         log_every=None, schedule_steps=None, trace=None, trace_steps=None,
-        tensorboard=None, sync_batch_norm=False):
+        tensorboard=None, sync_batch_norm=False, accumulate=None):
     """Train ``recipe`` on ``devices`` (one tower each); returns the summary dict
     (the keys of ``--json-out``). ``steps`` and ``epochs`` are the run's total
     length (the smaller when both are given; default: the recipe's epochs) and
@@ -70,6 +71,9 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     learning rate and samples/s as TensorBoard event files.
     ``sync_batch_norm``: every batch norm normalises with the global batch's
     statistics across towers and ranks (DataParallel's option).
+    ``accumulate``: K micro-batches of ``batch_size`` per update, one update
+    equal to one on a batch K times larger (towerflow/training_updates.py);
+    steps count updates.
 
     >>> fit(digits.RECIPE, ['/cpu:0'], steps=60, checkpoint_dir='ck')['steps']
     60
@@ -79,7 +83,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
         run_lock.check_free(checkpoint_dir)
     splits = recipe.load(data_dir)
     options = {"batch_size": batch_size, "seed": seed, "precision": precision,
-               "schedule_steps": schedule_steps, "steps": steps, "epochs": epochs}
+               "schedule_steps": schedule_steps, "steps": steps, "epochs": epochs,
+               "accumulate": accumulate}
     pipeline_options = recipe.pipeline_options(splits.train)
     record, saved = run_record.resolve(recipe, options, checkpoint_dir, resume, extend,
                                        _pipeline_check(splits.train, pipeline_options))
@@ -88,7 +93,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     pipeline = data_module.Pipeline(splits.train.images, splits.train.labels,
                                     record["batch_size"], seed=record["seed"],
                                     **pipeline_options)
-    total = run_record.total_steps(record, pipeline.batches_per_epoch)
+    updates = Updates(run_record.accumulation(record), pipeline.batches_per_epoch)
+    total = run_record.total_steps(record, updates.per_epoch)
     if saved is not None and saved.global_step >= total:
         pipeline.close()
         _tidy_finished(checkpoint_dir)
@@ -110,6 +116,7 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
             "--precision": record["precision"], "--resume": resume,
             "--schedule-steps": record.get("schedule_steps"),
             "--sync-batch-norm": sync_batch_norm,
+            "--accumulate": updates.accumulate,
             "the training samples": len(splits.train.labels)})
         # the chief writes the checkpoints: one run at a time in their directory
         lock = run_lock.held(checkpoint_dir) if checkpoint_dir and model.is_chief else \
@@ -126,11 +133,13 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
                           quiet=quiet or not model.is_chief,
                           saved_path=checkpoint_prefix(saved.path) if saved is not None
                           else None,
-                          recorder=_recorder(model, pipeline, checkpoint_dir, log_every, total,
-                                             curve_state,
+                          updates=updates,
+                          recorder=_recorder(model, pipeline, updates, checkpoint_dir,
+                                             log_every, total, curve_state,
                                              _board(sess, model, board_dir, steps),
                                              run_title(recipe.name, model.strategy,
-                                                       record["batch_size"])),
+                                                       record["batch_size"],
+                                                       updates.accumulate)),
                           trace=(trace, trace_steps), steps=steps,
                           describe=_describe(recipe, devices, model, record, board_dir))
             try:
@@ -151,7 +160,8 @@ def _describe(recipe, devices, model, record, board_dir):
     described = {"recipe": recipe.name, "devices": list(devices), "towers": len(devices),
                  "world_size": strategy.num_ranks, "total_towers": strategy.num_shards,
                  "all_reduce": strategy.communicator.name, "precision": record["precision"],
-                 "sync_batch_norm": strategy.sync_batch_norm}
+                 "sync_batch_norm": strategy.sync_batch_norm,
+                 "accumulate": strategy.accumulation_steps}
     if board_dir:
         described["tensorboard_run"] = board_dir
     return described
@@ -245,7 +255,8 @@ def _build(recipe, splits, devices, all_reduce, record, schedule_steps, keep_che
     optimizer = recipe.optimizer(global_step, schedule_steps)
     if mixed_precision.Policy(record["precision"]).loss_scale == "dynamic":
         optimizer = mixed_precision.LossScaleOptimizer(optimizer)
-    strategy = DataParallel(devices, all_reduce=all_reduce, sync_batch_norm=sync_batch_norm)
+    strategy = DataParallel(devices, all_reduce=all_reduce, sync_batch_norm=sync_batch_norm,
+                            accumulation_steps=run_record.accumulation(record))
     step = strategy.minimize(tower_fn, (images, labels), optimizer, global_step=global_step)
     saver = Saver(max_to_keep=keep_checkpoints)
     return _Model(images=images, labels=labels, training=training, step=step,
@@ -301,8 +312,10 @@ def _loss(logits, labels, classes, label_smoothing):
 def _start(sess, model, pipeline, saved):
     """Restore ``saved`` (a checkpoint, on resume) or initialise the variables;
     returns the saved curves' state (None for a fresh run)."""
+    from .ops.state_ops import global_variables_initializer, local_variables
+    if local_variables():       # gradient accumulators: zero, never saved
+        sess.run([var.initializer for var in local_variables()])
     if saved is None:
-        from .ops.state_ops import global_variables_initializer
         sess.run(global_variables_initializer())
         return None
     extra_state = model.saver.restore(sess, saved.path)
@@ -313,27 +326,27 @@ def _start(sess, model, pipeline, saved):
     return extra_state.get("curves")
 
 
-def _recorder(model, pipeline, checkpoint_dir, log_every, total, state, board=None,
+def _recorder(model, pipeline, updates, checkpoint_dir, log_every, total, state, board=None,
               title=None):
-    """The run's curves.Recorder, continuing a resumed run's running means;
-    ``board``: a curves.TensorBoardCurve also given its rows, or None;
-    ``title``: the curve PNG's."""
-    position = pipeline.state()
-    done = position["epoch"] * pipeline.batches_per_epoch + \
-        position["position"] // position["batch_size"]
+    """The run's curves.Recorder (a row's steps are updates), continuing a
+    resumed run's running means; ``board``: a curves.TensorBoardCurve also
+    given its rows, or None; ``title``: the curve PNG's."""
+    done = updates.done(pipeline.state())
     curve = curves.Curve(checkpoint_dir, title) if checkpoint_dir and model.is_chief else None
     cadence = curves.choose_log_every(log_every, state, total)
-    return curves.Recorder(curve, cadence, pipeline.batches_per_epoch, done, state, board)
+    return curves.Recorder(curve, cadence, updates.per_epoch, done, state, board)
 
 
-def run_title(recipe_name, strategy, batch_size):
+def run_title(recipe_name, strategy, batch_size, accumulate=1):
     """What a run is, for its plots: ``'digits: 2 towers, batch 64, 2026-11-29
-    13:40 UTC'`` (under ``launch -n 2``: ``2 ranks x 1 tower``)."""
+    13:40 UTC'`` (under ``launch -n 2``: ``2 ranks x 1 tower``; with
+    ``--accumulate 2``: ``batch 2 x 64``)."""
     towers = _count(strategy.num_towers, "tower")
     if strategy.num_ranks > 1:
         towers = f"{strategy.num_ranks} ranks x {towers}"
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return f"{recipe_name}: {towers}, batch {batch_size}, {date}"
+    batch = f"{accumulate} x {batch_size}" if accumulate > 1 else f"{batch_size}"
+    return f"{recipe_name}: {towers}, batch {batch}, {date}"
 
 
 def _count(number, noun):
@@ -341,10 +354,9 @@ def _count(number, noun):
 
 
 def _train(sess, model, pipeline, splits, plan):
-    """Steps to ``plan.total``, checkpointing on ``plan.clock``; on a signal
-    agreed by every rank, a checkpoint and ``run_control.Interrupted``."""
-    step_fetches = [model.step.train_op, model.step.loss, model.step.metrics["accuracy"]]
-    recorder = plan.recorder
+    """Steps (updates) to ``plan.total``, checkpointing on ``plan.clock``; on a
+    signal agreed by every rank, a checkpoint and ``run_control.Interrupted``."""
+    recorder, updates = plan.recorder, plan.updates
     step = first_step = int(sess.run(model.global_step))
     traces = StepTraces(*plan.trace, first_step, model.strategy)
     start, last_loss, test_accuracy, summary = training_rate.clock(), None, None, None
@@ -356,16 +368,23 @@ def _train(sess, model, pipeline, splits, plan):
         while step < plan.total:
             epoch = pipeline.epochs_completed
             stop = 0
-            with progress.EpochBar(epoch, _epochs(plan, pipeline), pipeline.batches_per_epoch,
+            micro_batch = pipeline.state()["position"] // pipeline.batch_size
+            update = UpdateMeans()
+            with progress.EpochBar(epoch, _epochs(plan, updates), updates.per_epoch,
                                    plan.quiet) as bar:
                 steps.resume()
                 for images, labels in pipeline.epoch():
-                    feed = {model.images: images, model.labels: labels, model.training: True}
-                    _, last_loss, accuracy = sess.run(step_fetches, feed_dict=feed,
-                                                      **traces.run_options(step))
+                    ends_update = updates.ends_update(micro_batch)
+                    update.add(*run_micro_batch(sess, model, images, labels, ends_update,
+                                                 traces.run_options(step)), len(labels))
+                    micro_batch += 1
+                    if not ends_update:     # no stop, no checkpoint inside an update
+                        continue
+                    (last_loss, accuracy), samples = update.means(), update.samples
+                    update = UpdateMeans()
                     step += 1
-                    steps.step_done(len(labels))     # before the curve reads the time
-                    means = recorder.add_step(last_loss, accuracy, len(labels))
+                    steps.step_done(samples)     # before the curve reads the time
+                    means = recorder.add_step(last_loss, accuracy, samples)
                     bar.update(means.loss, means.accuracy, steps.running_rate())
                     run_control.maybe_signal_self(hook, step)
                     stop = run_control.agreed_stop(signals, model.strategy)
@@ -418,9 +437,10 @@ def _writing_curve(plan):
     return contextlib.nullcontext()
 
 
-def _epochs(plan, pipeline):
+def _epochs(plan, updates):
     """The run's length in epochs, for the progress bar (the last may be partial)."""
-    return -(-plan.total // pipeline.batches_per_epoch)
+    return -(-plan.total // updates.per_epoch)
+
 
 
 def _end_of_epoch(plan, epoch, finished, figures):

@@ -23,12 +23,15 @@ def build_parallel_kernels(xp):
 
     def fraction(ctx):
         count, index, dtype = ctx.attrs["num_shards"], ctx.attrs["index"], ctx.output_dtypes[0]
+        examples = ctx.attrs.get("examples", False)     # n_i itself, not n_i / B
 
         def share(x):
             start, end = shard_bounds(x.shape[0], count, index)
+            value = end - start if examples else \
+                (end - start) / x.shape[0] if x.shape[0] else 0.0
             # NOTE: an array of this device's (made by a fill kernel, so a CUDA
             # graph can hold it), not a host scalar copied in each step.
-            return xp.full((), (end - start) / x.shape[0] if x.shape[0] else 0.0, dtype)
+            return xp.full((), value, dtype)
         return share
 
     def scale_or_zero(t, weight):

@@ -25,6 +25,17 @@ all-reduce per layer forward, one backward; see sync_batch_norm.py). Then
 each tower differentiates its loss weighted by n_i / B (the weight enters
 the backward pass, since a tower's gradient also carries the other towers'
 losses through the shared statistics) instead of weighting its gradients.
+
+Gradient accumulation (``accumulation_steps=K``, see accumulation.py): the
+step's ``accumulate_op`` adds a micro-batch's gradients into per-tower
+accumulators, with no collective (DDP's ``no_sync``); ``train_op`` adds the
+update's last micro-batch, all-reduces the sums once and applies their mean
+over every example of the update. Run ``step.op_for(i)`` for micro-batch i::
+
+    step = strategy.minimize(tower_fn, (images, labels), optimizer, global_step=step)
+    sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+    for i, (x, y) in enumerate(micro_batches):      # K of them per update
+        sess.run(step.op_for(i), feed_dict={images: x, labels: y})
 """
 
 import collections
@@ -35,17 +46,39 @@ from ..graph import core
 from ..graph.core import GraphKeys
 from ..log import logger
 from ..ops import array_ops, math_ops, sync_norm_ops, variable_scope
-from . import buckets, communicators, mpi, sharding, sync_batch_norm
+from . import accumulation, buckets, communicators, mpi, sharding, sync_batch_norm
 
-TrainStep = collections.namedtuple(
-    "TrainStep", ["train_op", "loss", "metrics", "tower_losses", "variables", "replicas"])
+
+class TrainStep(collections.namedtuple(
+        "TrainStep", ["train_op", "loss", "metrics", "tower_losses", "variables", "replicas",
+                      "accumulate_op", "accumulation_steps"], defaults=(None, 1))):
+    """What ``DataParallel.minimize`` builds. With accumulation (K > 1),
+    ``accumulate_op`` adds a micro-batch without a collective and ``train_op``
+    adds the last micro-batch of an update and applies it; else
+    ``accumulate_op`` is None and ``train_op`` is one whole step."""
+
+    __slots__ = ()
+
+    def op_for(self, micro_batch):
+        """The op to run for micro-batch ``micro_batch`` (counted from 0 at an
+        update boundary): ``train_op`` for every K-th, else ``accumulate_op``.
+        Run ``train_op`` earlier to end a shorter update (an epoch's end): it
+        applies the mean over the examples accumulated so far.
+
+        >>> [step.op_for(i).name for i in range(4)]      # accumulation_steps=2
+        ['accumulate_micro_batch', 'apply_accumulated', 'accumulate_micro_batch', ...]
+        """
+        if (micro_batch + 1) % self.accumulation_steps == 0:
+            return self.train_op
+        return self.accumulate_op
 
 
 class DataParallel:
     """Towers on ``devices`` (default: every GPU, else every logical CPU)."""
 
     def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20,
-                 timeout=None, sync_statistics=False, sync_batch_norm=False):
+                 timeout=None, sync_statistics=False, sync_batch_norm=False,
+                 accumulation_steps=1):
         self.devices = list(devices) if devices is not None else default_devices()
         if not self.devices:
             raise ValueError("DataParallel needs at least one device")
@@ -54,6 +87,8 @@ class DataParallel:
         self.timeout = mpi.resolve_timeout(timeout)
         self.sync_statistics = bool(sync_statistics)
         self.sync_batch_norm = bool(sync_batch_norm)
+        # micro-batches per update (accumulation.py); 1: every step applies
+        self.accumulation_steps = accumulation.check_accumulation_steps(accumulation_steps)
         world = mpi.world() if self.communicator.spans_processes else None
         self.rank, self.num_ranks = (world.rank, world.size) if world else (0, 1)
 
@@ -79,17 +114,28 @@ class DataParallel:
         if self.sync_batch_norm and not towers[0].statistic_sums:
             logger.warning("sync_batch_norm=True, but the model has no batch norm in "
                            "training mode: nothing to synchronize")
+        if self.accumulation_steps > 1 and towers[0].statistic_sums:
+            raise NotImplementedError(
+                "synchronized batch norm with accumulation_steps="
+                f"{self.accumulation_steps} is not supported: use one or the other")
         self._wire_statistics(graph, [tower.statistic_sums for tower in towers])
         if self.num_ranks > 1:  # first, so the other towers copy the broadcast values
             self._broadcast_from_rank_0(graph, towers[0].variables + towers[0].statistics)
         replicas = _mirror(graph, [tower.variables for tower in towers])
         statistics = _mirror(graph, [tower.statistics for tower in towers])
-        reduced = self._reduced_gradients(graph, towers, replicas, optimizer)
+        accumulate_op, accumulators = None, None
+        if self.accumulation_steps > 1:
+            reduced, accumulators, accumulate_op = self._accumulated_gradients(
+                graph, towers, replicas, optimizer, flat_inputs[0])
+        else:
+            reduced = self._reduced_gradients(graph, towers, replicas, optimizer)
         grads_and_vars = [(grad, var) for tower_grads, tower_vars in zip(reduced, replicas)
                           for grad, var in zip(tower_grads, tower_vars)]
         # Each tower's own updates (batch-norm moving statistics) run with the step.
         with graph.control_dependencies([op for t in towers for op in t.update_ops]):
             train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+        if accumulators is not None:
+            train_op = accumulators.zero_after(graph, train_op)
         if self.sync_statistics and statistics[0]:
             train_op = self._average_statistics(graph, statistics, train_op)
         loss, metrics = self._global_values(graph, towers)
@@ -97,7 +143,7 @@ class DataParallel:
             metrics.update(loss_scale=optimizer.scale_used,
                            step_skipped=optimizer.step_skipped)
         return TrainStep(train_op, loss, metrics, [tower.loss for tower in towers],
-                         replicas[0], replicas)
+                         replicas[0], replicas, accumulate_op, self.accumulation_steps)
 
     # -- building ------------------------------------------------------------------
 
@@ -117,8 +163,9 @@ class DataParallel:
         trainable = created[GraphKeys.TRAINABLE_VARIABLES]
         statistics = [var for var in created[GraphKeys.GLOBAL_VARIABLES]
                       if all(var is not other for other in trainable)]
+        examples = _ShardFraction(flat_inputs[0], self.num_shards, shard_index, examples=True)
         tower = _Tower(index, loss, metrics, fraction, trainable, statistics,
-                       created[GraphKeys.UPDATE_OPS])
+                       created[GraphKeys.UPDATE_OPS], examples)
         tower.statistic_sums = sync_batch_norm.new_sums(graph, first_op)
         return tower
 
@@ -170,6 +217,51 @@ class DataParallel:
         summed = self.communicator.all_reduce(packed, self.devices, graph)
         return [self._unpack(graph, sums, grads, plan, rank)
                 for rank, (sums, grads) in enumerate(zip(summed, weighted))]
+
+    def _accumulated_gradients(self, graph, towers, replicas, optimizer, batch_input):
+        """Like ``_reduced_gradients`` over the micro-batches of an update (see
+        accumulation.py): each tower's per-example gradient sums go into its
+        accumulators; the accumulated sums are all-reduced once and divided by
+        the examples counted. Returns the per-tower gradients, the
+        Accumulators and the op that only accumulates a micro-batch."""
+        summed_per_tower = self._tower_gradients(graph, towers, replicas, optimizer, "examples")
+        plan = buckets.plan_buckets(summed_per_tower[0], self.bucket_bytes)
+        packed = [self._pack(graph, grads, plan, rank)
+                  for rank, grads in enumerate(summed_per_tower)]
+        accumulators = accumulation.Accumulators(graph, self.devices, packed)
+        with graph.name_scope(None), graph.control_dependencies(None):
+            batch_examples = sharding.shard_fraction(batch_input, 1, 0, dtypes.float64,
+                                                     examples=True)
+        totals, counts = accumulators.add(graph, packed, batch_examples)
+        accumulate_op = array_ops.group(
+            *[t.op for tower in totals for t in tower], *[c.op for c in counts],
+            *[op for tower in towers for op in tower.update_ops],
+            name="accumulate_micro_batch")
+        summed = self.communicator.all_reduce(totals, self.devices, graph)
+        means = accumulators.means(graph, summed, counts)
+        reduced = [self._unpack(graph, tower_means, grads, plan, rank)
+                   for rank, (tower_means, grads) in enumerate(zip(means, summed_per_tower))]
+        return reduced, accumulators, accumulate_op
+
+    def _tower_gradients(self, graph, towers, replicas, optimizer, weight):
+        """Per tower, its loss's gradients (order of ``replicas[tower]``) weighted
+        by ``weight``: 'fraction' (n_i / B: they sum to the global batch's mean
+        gradient) or 'examples' (n_i: the shard's per-example gradient sum). A
+        loss-scaling optimizer (towerflow.mixed_precision) scales each tower's
+        loss and unscales its gradients before the reduction."""
+        weighted = []
+        scaled = hasattr(optimizer, "get_scaled_loss")
+        for tower, variables in zip(towers, replicas):
+            weigher = tower.fraction if weight == "fraction" else tower.examples
+            with graph.device(self.devices[tower.index]), \
+                    graph.name_scope(f"tower_{tower.index}_gradients"):
+                if scaled:
+                    grads = optimizer.get_unscaled_gradients(
+                        _gradients(optimizer.get_scaled_loss(tower.loss), variables))
+                else:
+                    grads = _gradients(tower.loss, variables)
+                weighted.append([weigher.weigh(grad) for grad in grads])
+        return weighted
 
     def _broadcast_from_rank_0(self, graph, variables):
         """Every rank's tower 0 starts from rank 0's initial values."""
@@ -236,23 +328,26 @@ _WATCHED = (GraphKeys.TRAINABLE_VARIABLES, GraphKeys.GLOBAL_VARIABLES, GraphKeys
 
 
 class _Tower:
-    def __init__(self, index, loss, metrics, fraction, variables, statistics, update_ops):
+    def __init__(self, index, loss, metrics, fraction, variables, statistics, update_ops,
+                 examples):
         self.index, self.loss, self.metrics = index, loss, metrics
-        self.fraction, self.variables = fraction, variables
+        self.fraction, self.examples, self.variables = fraction, examples, variables
         self.statistics, self.update_ops = statistics, update_ops
         self.statistic_sums = []    # its synchronized batch norms' cross-tower sums
 
 
 class _ShardFraction:
-    """A tower's weight n_i / B, made in each dtype it weighs (one op per dtype).
+    """A tower's weight n_i / B (``examples=True``: n_i), made in each dtype it
+    weighs (one op per dtype).
 
     NOTE: made in the weighed tensor's own dtype, never cast: a float32
     fraction such as 1/3 cast to float64 is 1e-8 (relative) off, and float64
     towers drifted that far from one device on the same batch."""
 
-    def __init__(self, batch_input, num_shards, shard_index):
+    def __init__(self, batch_input, num_shards, shard_index, examples=False):
         self.batch_input, self.num_shards, self.shard_index = \
             batch_input, num_shards, shard_index
+        self.examples = examples
         self.by_dtype = {}
 
     def weigh(self, tensor):
@@ -269,7 +364,8 @@ class _ShardFraction:
             graph = self.batch_input.graph
             with graph.name_scope(None), graph.control_dependencies(None):
                 self.by_dtype[dtype] = sharding.shard_fraction(
-                    self.batch_input, self.num_shards, self.shard_index, dtype=dtype)
+                    self.batch_input, self.num_shards, self.shard_index, dtype=dtype,
+                    examples=self.examples)
         return self.by_dtype[dtype]
 
 

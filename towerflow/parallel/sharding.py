@@ -8,9 +8,9 @@ sum over towers is the mean over the *global* batch, and an empty shard
 """
 
 from .. import dtypes
+from ..backends.parallel_kernels import shard_bounds  # noqa: F401  (re-exported)
 from ..graph.registry import register_not_differentiable, register_op
 from ..graph.shapes import TensorShape
-from ..backends.parallel_kernels import shard_bounds  # noqa: F401  (re-exported)
 
 
 def _shard_shape(inputs, attrs):
@@ -31,7 +31,7 @@ def _scale_shape(inputs, attrs):
 
 # (x) -> shard ``index`` of ``num_shards`` along axis 0 (a view).
 register_op("ShardBatch", _shard_shape, aliases_input=True)
-# (x) -> n_index / B as a scalar of ``dtype`` (0 when B is 0).
+# (x) -> n_index / B as a scalar of ``dtype`` (0 when B is 0); attr examples: n_index.
 register_op("ShardFraction", _fraction_shape)
 # (t, weight) -> t * weight, or exact zeros when weight is 0 (even if t is NaN).
 register_op("ScaleOrZero", _scale_shape)
@@ -47,10 +47,13 @@ def shard(tensor, num_shards, index, name=None):
                                name=name or f"shard_{index}").outputs[0]
 
 
-def shard_fraction(tensor, num_shards, index, dtype=dtypes.float32):
-    """n_index / B for ``tensor``'s batch axis, as a scalar of ``dtype``."""
+def shard_fraction(tensor, num_shards, index, dtype=dtypes.float32, examples=False):
+    """n_index / B for ``tensor``'s batch axis, as a scalar of ``dtype``;
+    ``examples=True``: n_index itself (gradient accumulation weighs by it)."""
     graph = tensor.graph
     attrs = {"num_shards": int(num_shards), "index": int(index), "dtype": dtype}
+    if examples:
+        attrs["examples"] = True
     with graph.colocate_with(tensor.op):
         return graph.create_op("ShardFraction", [tensor], attrs,
                                name=f"shard_fraction_{index}").outputs[0]
