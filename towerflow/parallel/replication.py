@@ -16,7 +16,9 @@ initialises them; each other tower's copies are initialised *from* tower 0
 weighted by its share of the global batch (n_i / B), summed across towers by
 the communicator in gradient buckets, and every replica applies the same
 update, so replicas stay bit-identical and the result equals one device
-training on the whole batch.
+training on the whole batch. Buckets are planned in backward order; between
+MPI ranks each bucket's all-reduce overlaps the rest of the backward pass
+(``overlap=False`` or TOWERFLOW_OVERLAP_ALLREDUCE=0: after it, blocking).
 """
 
 import collections
@@ -36,11 +38,14 @@ class DataParallel:
     """Towers on ``devices`` (default: every GPU, else every logical CPU)."""
 
     def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20,
-                 timeout=None, sync_statistics=False):
+                 timeout=None, sync_statistics=False, overlap=None):
         self.devices = list(devices) if devices is not None else default_devices()
         if not self.devices:
             raise ValueError("DataParallel needs at least one device")
         self.communicator = communicators.choose(self.devices, all_reduce, timeout)
+        # Between MPI ranks, each bucket's all-reduce starts as soon as its
+        # gradients exist and runs beside the rest of the backward pass.
+        self.communicator.overlap = communicators.overlap_enabled(overlap)
         self.bucket_bytes = int(bucket_bytes)
         self.timeout = mpi.resolve_timeout(timeout)
         self.sync_statistics = bool(sync_statistics)
@@ -134,7 +139,7 @@ class DataParallel:
                 else:
                     grads = _gradients(tower.loss, variables)
                 weighted.append([tower.fraction.weigh(grad) for grad in grads])
-        plan = buckets.plan_buckets(weighted[0], self.bucket_bytes)
+        plan = buckets.plan_buckets(weighted[0], self.bucket_bytes, backward=True)
         packed = [self._pack(graph, grads, plan, rank) for rank, grads in enumerate(weighted)]
         summed = self.communicator.all_reduce(packed, self.devices, graph)
         return [self._unpack(graph, sums, grads, plan, rank)
