@@ -11,6 +11,15 @@ towers are logical CPUs (``--device-type cpu`` splits the CPU into
 towers, sharding and all-reduce rather than a speed-up; on GPUs each tower is
 a GPU (or a logical GPU). The plot needs matplotlib (``pip install
 'towerflow[plot]'``); without it the table and JSON are still written.
+
+``--overlap`` instead measures the all-reduce overlapping the backward pass,
+on MPI ranks of one tower each, every all-reduce made slower by
+``--latency-ms`` (TOWERFLOW_INJECT_ALLREDUCE_LATENCY_MS: a slow network,
+slept inside the collective, off the main thread when it overlaps)::
+
+    towerflow launch -n 2 -- python benchmarks/scaling.py --overlap --latency-ms 5
+
+prints the median step time with overlap and without (rank 0).
 """
 
 import argparse
@@ -75,6 +84,59 @@ def measure(towers, args):
             sess.run(step.train_op, feed)
         rates.append(args.steps * args.batch / (time.perf_counter() - start))
     return statistics.median(rates), strategy.communicator.name
+
+
+def step_time(args, overlap):
+    """Median seconds per step of one tower per rank, all_reduce='mpi'."""
+    model, input_shape = tower_model(args.model)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.set_random_seed(0)
+        x = tf.placeholder(tf.float32, (None,) + input_shape)
+        labels = tf.placeholder(tf.int64, [None])
+        strategy = tf.parallel.DataParallel(["/cpu:0"], all_reduce="mpi", overlap=overlap,
+                                            bucket_bytes=int(args.bucket_mb * (1 << 20)))
+        step = strategy.minimize(model, (x, labels), tf.train.MomentumOptimizer(0.01, 0.9))
+        sess = tf.Session(graph=graph)
+        sess.run(tf.global_variables_initializer())
+    rng = np.random.default_rng(0)
+    feed = {x: rng.standard_normal((args.batch,) + input_shape, dtype=np.float32),
+            labels: rng.integers(0, 10, args.batch)}
+    for _ in range(3):
+        sess.run(step.train_op, feed)
+    times = []
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            sess.run(step.train_op, feed)
+        times.append((time.perf_counter() - start) / args.steps)
+    buckets = sum(op.type in ("MpiAllReduce", "MpiAllReduceStart")
+                  for op in graph.get_operations() if "all_reduce_mpi" in op.name)
+    return statistics.median(times), buckets, strategy.num_ranks, strategy.rank
+
+
+def overlap_main(args):
+    """Step time with the all-reduce after the backward pass, then overlapping it."""
+    from towerflow.parallel import mpi
+    os.environ[mpi.LATENCY_VARIABLE] = str(args.latency_ms)
+    rows = []
+    for overlap in (False, True):
+        seconds, buckets, ranks, rank = step_time(args, overlap)
+        rows.append({"overlap": overlap, "step_ms": seconds * 1000, "buckets": buckets})
+    if rank != 0:
+        return
+    print(f"{args.model}, batch {args.batch}, {ranks} ranks, {rows[0]['buckets']} buckets of "
+          f"<= {args.bucket_mb} MB, {args.latency_ms} ms injected per all-reduce, "
+          f"{machine(args)}, {time.strftime('%Y-%m-%d', time.gmtime())}")
+    print("| all-reduce | step time (ms) |\n|---|---|")
+    for row in rows:
+        label = "overlapping the backward pass" if row["overlap"] else "after the backward pass"
+        print(f"| {label} | {row['step_ms']:.1f} |")
+    print(f"overlap saves {rows[0]['step_ms'] - rows[1]['step_ms']:.1f} ms per step")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out + "_overlap.json", "w") as out:
+        json.dump({"benchmark": "allreduce overlap", "model": args.model, "batch": args.batch,
+                   "ranks": ranks, "latency_ms": args.latency_ms, "rows": rows}, out, indent=2)
 
 
 def split_devices(args):
@@ -143,7 +205,15 @@ def main():
     parser.add_argument("--all-reduce", default="auto")
     parser.add_argument("--gpu-memory-mb", type=int, default=8192)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "scaling"))
+    parser.add_argument("--overlap", action="store_true",
+                        help="under towerflow launch: step time with the all-reduce "
+                             "overlapping the backward pass against without")
+    parser.add_argument("--latency-ms", type=float, default=5.0)
+    parser.add_argument("--bucket-mb", type=float, default=1.0)
     args = parser.parse_args()
+    if args.overlap:
+        overlap_main(args)
+        return
     split_devices(args)
     rows = []
     for towers in range(1, args.max_towers + 1):

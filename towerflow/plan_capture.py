@@ -50,6 +50,8 @@ _HOST_READS = {
     "CheckNumerics": "reads on the host whether its input is all finite",
     "LearningRateSchedule": "calls a Python function on each step's value",
     "MpiAllReduce": "exchanges host arrays over MPI",
+    "MpiAllReduceStart": "exchanges host arrays over MPI",
+    "MpiAllReduceWait": "exchanges host arrays over MPI",
     "MpiBroadcast": "exchanges host arrays over MPI",
     "MpiAllGather": "exchanges host arrays over MPI",
     "TruncatedNormal": "redraws its tails until the host sees none left",

@@ -34,11 +34,12 @@ def data():
 
 
 def all_reduce_ops(metadata):
-    """The MpiAllReduce ops of the gradient buckets (``all_reduce_mpi/sum_<b>``)
+    """The all-reduces of the gradient buckets (``all_reduce_mpi/sum_<b>``: a
+    blocking MpiAllReduce, or the wait of one overlapping the backward pass)
     in a run's step stats."""
     return sum(1 for device in metadata.step_stats.dev_stats for node in device.node_stats
                if re.search(r"all_reduce_mpi/sum_\d+$", node.node_name)
-               and " = MpiAllReduce(" in node.timeline_label)
+               and re.search(r" = MpiAllReduce(Wait)?\(", node.timeline_label))
 
 
 def main():

@@ -24,7 +24,21 @@ def build_collective_kernels():
             return run
         return make
 
+    def start(ctx):
+        run = collective("all-reduce", "all_reduce_start")(ctx)
+
+        def launch(x):
+            return np.array(run(x), dtype=object)   # the future, as a variant scalar
+        return launch
+
+    def wait(ctx):
+        def result(handle):
+            return handle.item().result()
+        return result
+
     return {"MpiAllReduce": collective("all-reduce", "all_reduce"),
+            "MpiAllReduceStart": start,
+            "MpiAllReduceWait": wait,
             "MpiBroadcast": collective("broadcast", "broadcast"),
             "MpiAllGather": collective("all-gather", "all_gather_rows")}
 

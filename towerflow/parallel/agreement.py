@@ -27,7 +27,7 @@ def collective_schedule(graph):
 
 
 def _crosses_ranks(op):
-    if op.type in ("MpiAllReduce", "MpiBroadcast", "MpiAllGather"):
+    if op.type in ("MpiAllReduce", "MpiAllReduceStart", "MpiBroadcast", "MpiAllGather"):
         return True
     return op.type == "NcclAllReduce" and bool(op.attrs.get("world_size"))
 

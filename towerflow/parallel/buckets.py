@@ -4,18 +4,25 @@ tower.
 
 ``plan_buckets`` groups tensor indices greedily in order until a bucket would
 exceed ``bucket_bytes``; a tensor larger than that gets a bucket of its own.
+``backward=True`` takes the tensors last to first: gradients of variables in
+forward order are produced in that order by the backward pass, so the first
+bucket is complete first and its all-reduce can start while the backward pass
+goes on (DDP's buckets, in reverse order of the parameters).
 """
 
 from ..graph.registry import register_not_differentiable, register_op
 from ..graph.shapes import TensorShape
 
 
-def plan_buckets(tensors, bucket_bytes):
-    """Lists of indices into ``tensors``, in order, each list one bucket."""
+def plan_buckets(tensors, bucket_bytes, backward=False):
+    """Lists of indices into ``tensors``, each list one bucket; in order, or
+    last to first with ``backward``."""
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    indices = range(len(tensors) - 1, -1, -1) if backward else range(len(tensors))
     buckets, current, size = [], [], 0
-    for index, tensor in enumerate(tensors):
+    for index in indices:
+        tensor = tensors[index]
         nbytes = tensor.shape.num_elements() * tensor.dtype.size
         if current and size + nbytes > bucket_bytes:
             buckets.append(current)

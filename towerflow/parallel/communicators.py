@@ -17,6 +17,7 @@ reduction with the rest of the step:
 ``choose(devices, all_reduce)`` resolves ``'auto'`` and logs its choice once.
 """
 
+import os
 import socket
 
 from ..device import DeviceSpec, runtime
@@ -25,6 +26,18 @@ from ..ops import array_ops, math_ops
 from . import mpi, nccl
 
 ALL_REDUCE_CHOICES = ("auto", "cpu", "local", "nccl", "mpi")
+OVERLAP_VARIABLE = "TOWERFLOW_OVERLAP_ALLREDUCE"
+
+
+def overlap_enabled(overlap=None):
+    """``overlap`` as a bool; None: TOWERFLOW_OVERLAP_ALLREDUCE (0 turns it off), default on."""
+    if overlap is not None:
+        return bool(overlap)
+    raw = os.environ.get(OVERLAP_VARIABLE, "1").strip().lower()
+    if raw not in ("0", "1", "true", "false"):
+        raise ValueError(f"{OVERLAP_VARIABLE}={raw!r}: expected 1 (overlap the all-reduce "
+                         "with the backward pass) or 0 (all-reduce after it)")
+    return raw in ("1", "true")
 
 
 class Communicator:
@@ -32,6 +45,9 @@ class Communicator:
 
     name = None
     spans_processes = False     # sums across MPI ranks (each rank feeds the global batch)
+    # Whether a bucket's all-reduce may overlap the backward pass: used by the
+    # MPI communicator (non-blocking, in a progress thread); the others block.
+    overlap = False
 
     def all_reduce(self, tower_values, devices, graph):
         """``tower_values[i]``: tower i's tensors (same order and shapes on every
@@ -96,9 +112,9 @@ class MpiCommunicator(Communicator):
                 with graph.device("/cpu:0"):
                     local = math_ops.add_n([values[index] for values in tower_values],
                                            name=f"local_sum_{index}")
-                    total = mpi.all_reduce_op(local, self.timeout,
-                                              signature if index == 0 else None,
-                                              name=f"sum_{index}")
+                    reduce = mpi.all_reduce_started if self.overlap else mpi.all_reduce_op
+                    total = reduce(local, self.timeout, signature if index == 0 else None,
+                                   name=f"sum_{index}")
                 for rank, reduced in enumerate(self._hand_back(total, devices, graph, index)):
                     per_tower[rank].append(reduced)
         return per_tower

@@ -23,6 +23,7 @@ towerflow/launch.py); plain ``mpiexec -n N python train.py`` works too.
 """
 
 import atexit
+import concurrent.futures
 import math
 import os
 import sys
@@ -36,6 +37,9 @@ from .. import errors
 # read when a communicator is made, so a bad value never breaks `import towerflow`).
 DEFAULT_TIMEOUT = 60.0
 TIMEOUT_VARIABLE = "TOWERFLOW_COLLECTIVE_TIMEOUT"
+# Milliseconds every all-reduce sleeps inside the collective (a slow network
+# simulated, for benchmarks/scaling.py's overlap measurement); unset: none.
+LATENCY_VARIABLE = "TOWERFLOW_INJECT_ALLREDUCE_LATENCY_MS"
 _ARRIVAL_TAG = 7301
 _POLL_SECONDS = 0.0005
 
@@ -73,6 +77,21 @@ def resolve_timeout(timeout=None):
         raw = os.environ[TIMEOUT_VARIABLE]
         return checked_timeout(raw, f"{TIMEOUT_VARIABLE}={raw!r}")
     return DEFAULT_TIMEOUT
+
+
+def injected_latency():
+    """Seconds each all-reduce sleeps (TOWERFLOW_INJECT_ALLREDUCE_LATENCY_MS), 0 if unset."""
+    raw = os.environ.get(LATENCY_VARIABLE)
+    if raw is None:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{LATENCY_VARIABLE}={raw!r}: expected a number of milliseconds "
+                         ">= 0, e.g. 5")
+    return value / 1000.0
 
 
 def launched_under_mpi():
@@ -118,26 +137,65 @@ class MpiWorld:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._calls = 0
+        self._latency = injected_latency()
+        self._progress = None     # the progress thread, once an all-reduce overlaps
 
     def all_reduce(self, array, what, timeout):
         """The element-wise sum of ``array`` over all ranks."""
+        return self._in_order(self._all_reduce_now, array, what, timeout)
+
+    def all_reduce_start(self, array, what, timeout):
+        """A future of the element-wise sum of ``array`` over all ranks, which
+        the progress thread computes while the caller goes on (the backward
+        pass): ``.result()`` waits for it (and raises what the collective
+        raised). ``array`` is copied, so the caller may reuse its buffer."""
+        array = np.array(array, order="C", copy=True)     # keeps 0-d shapes
+        return self._progress_thread().submit(self._all_reduce_now, array, what, timeout)
+
+    def broadcast(self, array, what, timeout, root=0):
+        """Rank ``root``'s ``array`` on every rank."""
+        return self._in_order(self._broadcast_now, array, what, timeout, root)
+
+    def all_gather(self, value, what, timeout):
+        """Every rank's ``value`` (any picklable object), in rank order."""
+        return self._in_order(self._all_gather_now, value, what, timeout)
+
+    # -- the collectives themselves, in one thread at a time -----------------------
+
+    def _all_reduce_now(self, array, what, timeout):
         array = np.require(array, requirements="C")   # keeps 0-d shapes
         self._arrive(what, timeout, _Arrival.of("all-reduce", array))
         result = np.empty_like(array)
         self._wait(self.comm.Iallreduce(array, result), (array, result), what, timeout)
+        if self._latency:
+            time.sleep(self._latency)
         return result
 
-    def broadcast(self, array, what, timeout, root=0):
-        """Rank ``root``'s ``array`` on every rank."""
+    def _broadcast_now(self, array, what, timeout, root):
         buffer = np.require(array, requirements="C").copy()   # keeps 0-d shapes
         self._arrive(what, timeout, _Arrival.of("broadcast", buffer))
         self._wait(self.comm.Ibcast(buffer, root=root), (buffer,), what, timeout)
         return buffer
 
-    def all_gather(self, value, what, timeout):
-        """Every rank's ``value`` (any picklable object), in rank order."""
+    def _all_gather_now(self, value, what, timeout):
         self._arrive(what, timeout, _Arrival.of("all-gather"))
         return self.comm.allgather(value)
+
+    def _in_order(self, collective, *args):
+        """Run ``collective`` now, or, once overlapping all-reduces started a
+        progress thread, queue it there and wait: every rank must issue its
+        collectives in the same order (and the arrival tokens count them), so
+        all of them go through that one thread in the order they were asked
+        for."""
+        if self._progress is None:
+            return collective(*args)
+        return self._progress.submit(collective, *args).result()
+
+    def _progress_thread(self):
+        if self._progress is None:
+            self._progress = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="towerflow-mpi-progress")
+        return self._progress
 
     def all_gather_rows(self, array, what, timeout):
         """Every rank's ``array`` concatenated along dimension 0, in rank order:
@@ -378,6 +436,7 @@ def world_named(name):
 
 # -- graph ops ------------------------------------------------------------------------
 
+from .. import dtypes
 from ..graph import TensorShape  # noqa: E402
 from ..graph.registry import register_not_differentiable, register_op  # noqa: E402
 
@@ -404,12 +463,37 @@ register_op("MpiBroadcast", _same_shape, stateful=True)
 # (x) -> every rank's x joined along dimension 0 (first dimensions may differ).
 register_op("MpiAllGather", _gathered_shape, stateful=True)
 register_not_differentiable("MpiAllReduce", "MpiBroadcast", "MpiAllGather")
+# An all-reduce in two halves, so that it overlaps the ops between them:
+# (x) -> a handle (variant); the sum runs in the world's progress thread. attrs:
+# timeout, signature, world and ``schedule='early'`` (the plan runs it as soon
+# as x exists, see plan._overlapping_order).
+register_op("MpiAllReduceStart",
+            lambda inputs, attrs: [(TensorShape([]), dtypes.variant)], stateful=True)
+# (handle) -> the sum, shaped like the started x (attrs shape, dtype);
+# ``schedule='late'``: run when nothing else is ready.
+register_op("MpiAllReduceWait",
+            lambda inputs, attrs: [(TensorShape(attrs["shape"]), attrs["dtype"])],
+            stateful=True)
+register_not_differentiable("MpiAllReduceStart", "MpiAllReduceWait")
 # Every op above also takes attr ``world``: None (MPI's) or a registered name.
 
 
 def all_reduce_op(tensor, timeout, signature=None, name="mpi_all_reduce", world=None):
     attrs = {"timeout": float(timeout), "signature": signature, "world": world}
     return tensor.graph.create_op("MpiAllReduce", [tensor], attrs, name=name).outputs[0]
+
+
+def all_reduce_started(tensor, timeout, signature=None, name="mpi_all_reduce"):
+    """The sum of ``tensor`` over all ranks as a start op, scheduled as soon as
+    ``tensor`` exists, and a wait op, scheduled as late as its users allow:
+    the collective runs in a progress thread between them (MpiWorld.all_reduce_start)."""
+    graph = tensor.graph
+    attrs = {"timeout": float(timeout), "signature": signature, "world": None,
+             "schedule": "early"}
+    handle = graph.create_op("MpiAllReduceStart", [tensor], attrs,
+                             name=f"{name}_start").outputs[0]
+    attrs = {"shape": tuple(tensor.shape.dims), "dtype": tensor.dtype, "schedule": "late"}
+    return graph.create_op("MpiAllReduceWait", [handle], attrs, name=name).outputs[0]
 
 
 def broadcast_op(tensor, timeout, signature=None, name="mpi_broadcast", root_rank=0,

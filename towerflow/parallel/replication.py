@@ -16,7 +16,9 @@ initialises them; each other tower's copies are initialised *from* tower 0
 weighted by its share of the global batch (n_i / B), summed across towers by
 the communicator in gradient buckets, and every replica applies the same
 update, so replicas stay bit-identical and the result equals one device
-training on the whole batch.
+training on the whole batch. Buckets are planned in backward order; between
+MPI ranks each bucket's all-reduce overlaps the rest of the backward pass
+(``overlap=False`` or TOWERFLOW_OVERLAP_ALLREDUCE=0: after it, blocking).
 
 Synchronized batch norm (``sync_batch_norm=True``, or a layer's
 ``synchronized=True``): each such layer normalises with the statistics of
@@ -78,11 +80,14 @@ class DataParallel:
 
     def __init__(self, devices=None, all_reduce="auto", bucket_bytes=4 << 20,
                  timeout=None, sync_statistics=False, sync_batch_norm=False,
-                 accumulation_steps=1):
+                 accumulation_steps=1, overlap=None):
         self.devices = list(devices) if devices is not None else default_devices()
         if not self.devices:
             raise ValueError("DataParallel needs at least one device")
         self.communicator = communicators.choose(self.devices, all_reduce, timeout)
+        # Between MPI ranks, each bucket's all-reduce starts as soon as its
+        # gradients exist and runs beside the rest of the backward pass.
+        self.communicator.overlap = communicators.overlap_enabled(overlap)
         self.bucket_bytes = int(bucket_bytes)
         self.timeout = mpi.resolve_timeout(timeout)
         self.sync_statistics = bool(sync_statistics)
@@ -212,7 +217,7 @@ class DataParallel:
                                 [tower.fraction.weigh(grad) for grad in grads])
             gradient_sums.append(sync_batch_norm.new_sums(graph, first_op, gradients=True))
         self._wire_statistics(graph, gradient_sums, [t.statistic_sums for t in towers])
-        plan = buckets.plan_buckets(weighted[0], self.bucket_bytes)
+        plan = buckets.plan_buckets(weighted[0], self.bucket_bytes, backward=True)
         packed = [self._pack(graph, grads, plan, rank) for rank, grads in enumerate(weighted)]
         summed = self.communicator.all_reduce(packed, self.devices, graph)
         return [self._unpack(graph, sums, grads, plan, rank)
@@ -225,7 +230,8 @@ class DataParallel:
         the examples counted. Returns the per-tower gradients, the
         Accumulators and the op that only accumulates a micro-batch."""
         summed_per_tower = self._tower_gradients(graph, towers, replicas, optimizer, "examples")
-        plan = buckets.plan_buckets(summed_per_tower[0], self.bucket_bytes)
+        plan = buckets.plan_buckets(summed_per_tower[0], self.bucket_bytes,
+                                  backward=True)
         packed = [self._pack(graph, grads, plan, rank)
                   for rank, grads in enumerate(summed_per_tower)]
         accumulators = accumulation.Accumulators(graph, self.devices, packed)
