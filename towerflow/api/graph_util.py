@@ -80,6 +80,6 @@ def _constant_node(variable_node, value):
     return node
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
-from . import missing as _missing  # noqa: E402
+from . import missing as _missing
 
 __getattr__ = _missing.module_getattr("tf.graph_util")

@@ -23,8 +23,8 @@ from ..ops.image_ops import (
                              random_crop,
                              random_flip_left_right,
                              random_flip_up_down,
-                             resize_image_with_crop_or_pad,
                              resize_bilinear,
+                             resize_image_with_crop_or_pad,
                              resize_images,
                              resize_nearest_neighbor,
 )

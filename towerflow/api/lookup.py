@@ -13,6 +13,6 @@ __all__ = ["KeyValueTensorInitializer", "StaticHashTable", "TextFileIndex",
            "TextFileInitializer"]
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
-from . import missing as _missing  # noqa: E402
+from . import missing as _missing
 
 __getattr__ = _missing.module_getattr("tf.lookup")

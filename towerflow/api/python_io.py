@@ -99,6 +99,6 @@ __all__ = ["TFRecordCompressionType", "TFRecordOptions", "TFRecordWriter",
            "tf_record_iterator"]
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
-from . import missing as _missing  # noqa: E402
+from . import missing as _missing
 
 __getattr__ = _missing.module_getattr("tf.python_io")

@@ -16,6 +16,6 @@ __all__ = ["SparseTensor", "SparseTensorValue", "matmul", "placeholder", "reorde
            "sparse_dense_matmul", "to_dense"]
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
-from . import missing as _missing  # noqa: E402
+from . import missing as _missing
 
 __getattr__ = _missing.module_getattr("tf.sparse")

@@ -115,7 +115,7 @@ def encode_jpeg(image, format="", quality=95, progressive=False, optimize_size=F
         raise TypeError(f"encode_jpeg: image must be uint8, got {image.dtype.name}")
     if format not in ("", "grayscale", "rgb"):
         raise ValueError(f"format must be '', 'grayscale' or 'rgb', got {format!r}")
-    if isinstance(quality, bool) or quality not in range(0, 101):
+    if isinstance(quality, bool) or quality not in range(101):
         raise ValueError(f"quality must be an int in 0..100, got {quality!r}")
     return image.graph.create_op("EncodeJpeg", [image], {"format": format, "quality": quality},
                                  name=name or "EncodeJpeg").outputs[0]

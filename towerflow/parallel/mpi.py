@@ -437,8 +437,8 @@ def world_named(name):
 # -- graph ops ------------------------------------------------------------------------
 
 from .. import dtypes
-from ..graph import TensorShape  # noqa: E402
-from ..graph.registry import register_not_differentiable, register_op  # noqa: E402
+from ..graph import TensorShape
+from ..graph.registry import register_not_differentiable, register_op
 
 
 def _same_shape(inputs, attrs):
