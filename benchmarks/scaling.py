@@ -61,41 +61,31 @@ def _loss(logits, labels):
 
 def measure(towers, args):
     """Samples/s of ``towers`` towers (median over rounds)."""
-    model, input_shape = tower_model(args.model)
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.set_random_seed(0)
-        x = tf.placeholder(tf.float32, (None,) + input_shape)
-        labels = tf.placeholder(tf.int64, [None])
-        devices = [f"/{args.device_type}:{i}" for i in range(towers)]
-        strategy = tf.parallel.DataParallel(devices, all_reduce=args.all_reduce)
-        step = strategy.minimize(model, (x, labels), tf.train.MomentumOptimizer(0.01, 0.9))
-        sess = tf.Session(graph=graph)
-        sess.run(tf.global_variables_initializer())
-    rng = np.random.default_rng(0)
-    feed = {x: rng.standard_normal((args.batch,) + input_shape, dtype=np.float32),
-            labels: rng.integers(0, 10, args.batch)}
-    for _ in range(3):
-        sess.run(step.train_op, feed)
-    rates = []
-    for _ in range(args.rounds):
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            sess.run(step.train_op, feed)
-        rates.append(args.steps * args.batch / (time.perf_counter() - start))
-    return statistics.median(rates), strategy.communicator.name
+    devices = [f"/{args.device_type}:{i}" for i in range(towers)]
+    seconds, graph, strategy = _timed_steps(args, devices, all_reduce=args.all_reduce)
+    return statistics.median(args.batch / s for s in seconds), strategy.communicator.name
 
 
 def step_time(args, overlap):
     """Median seconds per step of one tower per rank, all_reduce='mpi'."""
+    seconds, graph, strategy = _timed_steps(
+        args, ["/cpu:0"], all_reduce="mpi", overlap=overlap,
+        bucket_bytes=int(args.bucket_mb * (1 << 20)))
+    buckets = sum(op.type in ("MpiAllReduce", "MpiAllReduceStart")
+                  for op in graph.get_operations() if "all_reduce_mpi" in op.name)
+    return statistics.median(seconds), buckets, strategy.num_ranks, strategy.rank
+
+
+def _timed_steps(args, devices, **strategy_options):
+    """Seconds per training step of ``args.model`` on ``devices``, one figure
+    per round (after 3 warm-up steps); the graph and the DataParallel."""
     model, input_shape = tower_model(args.model)
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(0)
         x = tf.placeholder(tf.float32, (None,) + input_shape)
         labels = tf.placeholder(tf.int64, [None])
-        strategy = tf.parallel.DataParallel(["/cpu:0"], all_reduce="mpi", overlap=overlap,
-                                            bucket_bytes=int(args.bucket_mb * (1 << 20)))
+        strategy = tf.parallel.DataParallel(devices, **strategy_options)
         step = strategy.minimize(model, (x, labels), tf.train.MomentumOptimizer(0.01, 0.9))
         sess = tf.Session(graph=graph)
         sess.run(tf.global_variables_initializer())
@@ -104,15 +94,13 @@ def step_time(args, overlap):
             labels: rng.integers(0, 10, args.batch)}
     for _ in range(3):
         sess.run(step.train_op, feed)
-    times = []
+    seconds = []
     for _ in range(args.rounds):
         start = time.perf_counter()
         for _ in range(args.steps):
             sess.run(step.train_op, feed)
-        times.append((time.perf_counter() - start) / args.steps)
-    buckets = sum(op.type in ("MpiAllReduce", "MpiAllReduceStart")
-                  for op in graph.get_operations() if "all_reduce_mpi" in op.name)
-    return statistics.median(times), buckets, strategy.num_ranks, strategy.rank
+        seconds.append((time.perf_counter() - start) / args.steps)
+    return seconds, graph, strategy
 
 
 def overlap_main(args):
