@@ -62,7 +62,7 @@ def _loss(logits, labels):
 def measure(towers, args):
     """Samples/s of ``towers`` towers (median over rounds)."""
     devices = [f"/{args.device_type}:{i}" for i in range(towers)]
-    seconds, graph, strategy = _timed_steps(args, devices, all_reduce=args.all_reduce)
+    seconds, _graph, strategy = _timed_steps(args, devices, all_reduce=args.all_reduce)
     return statistics.median(args.batch / s for s in seconds), strategy.communicator.name
 
 
