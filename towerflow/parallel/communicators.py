@@ -138,8 +138,11 @@ class NcclCommunicator(Communicator):
         gpu_ids = [_physical_of(device)[1] for device in devices]
         per_tower = [[] for _ in devices]
         with graph.name_scope("all_reduce_nccl"):
-            reduce = nccl.all_reduce_members_started if self.overlap else \
-                nccl.all_reduce_members
+            # NOTE: one GPU's "all-reduce" is a copy with nothing to overlap, and
+            # its plan may be captured as a CUDA graph, which the communication
+            # stream's fork and join would prevent: it stays on the compute stream.
+            overlap = self.overlap and len(gpu_ids) > 1
+            reduce = nccl.all_reduce_members_started if overlap else nccl.all_reduce_members
             for index in range(len(tower_values[0])):
                 members = reduce([values[index] for values in tower_values], gpu_ids, graph,
                                  name=f"sum_{index}")
