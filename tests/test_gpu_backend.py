@@ -41,7 +41,8 @@ def test_every_numpy_kernel_has_a_cupy_kernel():
     # MPI moves host arrays; tf.print writes to a Python stream (CPU only, as TF's);
     # summaries are built on the host, as in TensorFlow; tf.Print and tf.py_func
     # run Python on the host (test_debugging_ops.py)
-    host_only = {"MpiAllReduce", "MpiBroadcast", "MpiAllGather", "PrintV2", "Print", "PyFunc",
+    host_only = {"MpiAllReduce", "MpiAllReduceStart", "MpiAllReduceWait", "MpiBroadcast",
+                 "MpiAllGather", "PrintV2", "Print", "PyFunc",
                  "PyFuncStateless", "EagerPyFunc",
                  "ScalarSummary", "HistogramSummary", "ImageSummary", "TensorSummaryV2",
                  "MergeSummary"}

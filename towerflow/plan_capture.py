@@ -53,6 +53,9 @@ _HOST_READS = {
     "MpiAllReduceStart": "exchanges host arrays over MPI",
     "MpiAllReduceWait": "exchanges host arrays over MPI",
     "MpiBroadcast": "exchanges host arrays over MPI",
+    # NOTE: not a host read, but a fork to a communication stream and a join,
+    # which capture would need as its own fork/join pattern (not modelled).
+    "NcclAllReduceStart": "runs its all-reduce on a communication stream of its own",
     "MpiAllGather": "exchanges host arrays over MPI",
     "TruncatedNormal": "redraws its tails until the host sees none left",
     # tf.unique and tf.boolean_mask (and its gradient): value-sized outputs

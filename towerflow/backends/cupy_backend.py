@@ -51,6 +51,11 @@ def _nccl_member(ctx):
     return nccl_ops.make_member_kernel(ctx, nccl, cupy)
 
 
+def _nccl_start(ctx):
+    from cupy.cuda import nccl
+    return nccl_ops.make_start_kernel(ctx, nccl, cupy)
+
+
 def _use_cub():
     """Reductions and scans through CUB: CuPy's default since v11, but an
     environment's CUPY_ACCELERATORS may have turned it off."""
@@ -139,7 +144,8 @@ def build_gpu_kernels():
     own: one shared table would hand one GPU's array to another's kernel, or
     to another stream of the same GPU with nothing ordering the two."""
     table = {**build_kernels(cupy, fused_updates=FusedUpdates()),
-             "NcclAllReduce": _nccl_member}
+             "NcclAllReduce": _nccl_member, "NcclAllReduceStart": _nccl_start,
+             "NcclAllReduceWait": lambda ctx: nccl_ops.make_wait_kernel(ctx, cupy)}
     table.update(cupy_conv.gpu_kernels(cupy, table))   # one-pass conv and batch-norm kernels
     table.update(batch_norm_relu_pool_kernels(table, compiled=False))   # its two kernels
     return gpu_kernels_with_bfloat16(cupy, table)      # bfloat16 computed in float32

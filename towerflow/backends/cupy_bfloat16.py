@@ -30,7 +30,8 @@ from .bfloat16_kernels import NATIVE_BFLOAT16_KERNELS, with_bfloat16
 _CHAR = np.dtype(ml_dtypes.bfloat16).char      # 'E'
 
 # On a GPU NCCL sums bfloat16 itself (ncclBfloat16; see parallel/nccl.py).
-GPU_NATIVE_BFLOAT16_KERNELS = NATIVE_BFLOAT16_KERNELS | {"NcclAllReduce"}
+GPU_NATIVE_BFLOAT16_KERNELS = NATIVE_BFLOAT16_KERNELS | {
+    "NcclAllReduce", "NcclAllReduceStart", "NcclAllReduceWait"}
 
 
 def unsupported_reason(cupy_module):

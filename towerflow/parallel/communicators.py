@@ -46,7 +46,8 @@ class Communicator:
     name = None
     spans_processes = False     # sums across MPI ranks (each rank feeds the global batch)
     # Whether a bucket's all-reduce may overlap the backward pass: used by the
-    # MPI communicator (non-blocking, in a progress thread); the others block.
+    # MPI communicator (non-blocking, in a progress thread) and NCCL's within a
+    # process (on a communication stream per GPU); the others block.
     overlap = False
 
     def all_reduce(self, tower_values, devices, graph):
@@ -137,9 +138,14 @@ class NcclCommunicator(Communicator):
         gpu_ids = [_physical_of(device)[1] for device in devices]
         per_tower = [[] for _ in devices]
         with graph.name_scope("all_reduce_nccl"):
+            # NOTE: one GPU's "all-reduce" is a copy with nothing to overlap, and
+            # its plan may be captured as a CUDA graph, which the communication
+            # stream's fork and join would prevent: it stays on the compute stream.
+            overlap = self.overlap and len(gpu_ids) > 1
+            reduce = nccl.all_reduce_members_started if overlap else nccl.all_reduce_members
             for index in range(len(tower_values[0])):
-                members = nccl.all_reduce_members([values[index] for values in tower_values],
-                                                  gpu_ids, graph, name=f"sum_{index}")
+                members = reduce([values[index] for values in tower_values], gpu_ids, graph,
+                                 name=f"sum_{index}")
                 for rank, reduced in enumerate(members):
                     per_tower[rank].append(reduced)
         return per_tower

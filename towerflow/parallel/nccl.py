@@ -13,6 +13,17 @@ process: rank 0's ``get_unique_id()`` goes out over MPI (with the collective
 deadline), each process joins with ``NcclCommunicator(world_size, uid, rank)``
 once per Session, and the member sums the bucket over every process's GPU.
 
+Overlapping the backward pass (:func:`all_reduce_members_started`), a
+bucket's all-reduce is a start op and a wait op per tower. Each GPU has a
+communication stream of its own (one per group and GPU): a tower's start
+records an event on its compute stream once the bucket exists and makes the
+communication stream wait on it; the last start issues the group call on
+the communication streams and records a 'done' event on each; a tower's
+wait makes its compute stream wait on that event. The host never waits:
+the backward kernels queued between start and wait run beside the
+all-reduce. The start holds the bucket and the sum until the wait, so the
+memory pool cannot hand either out while the communication stream uses them.
+
 These kernels run on the GPU backend; without a GPU they are tested against a
 stand-in of ``cupy.cuda.nccl`` (tests/test_nccl.py) and, across processes, on
 the simulated GPUs (towerflow.simgpu; tests/test_mpi_nccl.py).
@@ -23,7 +34,8 @@ import weakref
 
 import numpy as np
 
-from .. import errors
+from .. import dtypes, errors
+from ..graph import TensorShape
 from ..graph.registry import register_not_differentiable, register_op
 
 # ncclRedOp_t and ncclDataType_t values (nccl.h), by NumPy dtype name.
@@ -58,6 +70,40 @@ def all_reduce_members(tensors, device_ids, graph, name="nccl_all_reduce"):
     return outputs
 
 
+# The all-reduce in two halves, on a communication stream (see the module
+# docstring): (x) -> a handle (variant), attrs as NcclAllReduce's plus
+# ``schedule='early'``; (handle) -> the sum, attrs shape, dtype, ``schedule='late'``.
+register_op("NcclAllReduceStart",
+            lambda inputs, attrs: [(TensorShape([]), dtypes.variant)], stateful=True)
+register_op("NcclAllReduceWait",
+            lambda inputs, attrs: [(TensorShape(attrs["shape"]), attrs["dtype"])],
+            stateful=True)
+register_not_differentiable("NcclAllReduceStart", "NcclAllReduceWait")
+
+
+def all_reduce_members_started(tensors, device_ids, graph, name="nccl_all_reduce"):
+    """As :func:`all_reduce_members`, overlapping: one start op per tower,
+    run as soon as its bucket exists, and one wait op per tower, run as late
+    as its users allow; the sums are the waits' outputs."""
+    group = tuple(int(device) for device in device_ids)
+    starts = []
+    for rank, tensor in enumerate(tensors):
+        attrs = {"rank": rank, "device_ids": group, "schedule": "early"}
+        with graph.colocate_with(tensor.op):
+            starts.append(graph.create_op("NcclAllReduceStart", [tensor], attrs,
+                                          name=f"{name}_{rank}_start").outputs[0])
+    bucket = tuple(start.op.name for start in starts)
+    for start in starts:        # the plan runs all of them or refuses
+        start.op.attrs["run_together"] = bucket
+    outputs = []
+    for rank, (tensor, start) in enumerate(zip(tensors, starts)):
+        attrs = {"shape": tuple(tensor.shape.dims), "dtype": tensor.dtype, "schedule": "late"}
+        with graph.colocate_with(tensor.op):
+            outputs.append(graph.create_op("NcclAllReduceWait", [start], attrs,
+                                           name=f"{name}_{rank}").outputs[0])
+    return outputs
+
+
 def world_member(tensor, world, timeout, name="nccl_all_reduce"):
     """This process's member (``tensor`` on its one GPU) of an all-reduce over
     the ``world.size`` processes of an MPI world."""
@@ -79,6 +125,15 @@ class NcclGroup:
         self.communicators = nccl.NcclCommunicator.initAll(list(device_ids))
         self.failed = False     # a collective failed: NCCL may have left it unusable
         self.lock = threading.Lock()    # one group call at a time (Sessions share it)
+        self.streams = {}       # rank -> its GPU's communication stream (overlap)
+
+    def communication_stream(self, rank, xp):
+        """Rank ``rank``'s communication stream, made on first use while its
+        GPU is current (a stream belongs to the device current at its making)."""
+        stream = self.streams.get(rank)
+        if stream is None:
+            stream = self.streams[rank] = xp.cuda.Stream(non_blocking=True)
+        return stream
 
 
 # nccl library -> {device ids: NcclGroup}. NOTE: keyed by the library object:
@@ -131,7 +186,8 @@ class _Bucket:
         nccl.groupStart()
         try:
             for rank in range(self.size):
-                communicator, x, out, count, dtype, stream = calls[rank]
+                communicator, x, out, count, dtype, stream = calls[rank][:6]
+                stream = getattr(stream, "ptr", stream)     # a Stream, or its pointer
                 communicator.allReduce(x.data.ptr, out.data.ptr, count, dtype, NCCL_SUM,
                                        stream)
         except Exception as err:
@@ -144,6 +200,65 @@ class _Bucket:
         except Exception:
             self.group.failed = True        # the next Session makes its own
             raise
+
+
+class _Launch:
+    """One rank's share of an overlapping all-reduce, from its start to its
+    wait: the bucket and the sum (kept alive until the wait orders the compute
+    stream after the communication stream) and the 'done' event."""
+
+    __slots__ = ("done", "out", "x")
+
+    def __init__(self, x, out, done):
+        self.x, self.out, self.done = x, out, done
+
+
+class _StartedBucket(_Bucket):
+    """A :class:`_Bucket` whose group call runs on the communication streams;
+    ``calls`` carry (communicator, x, out, count, dtype, stream ptr, device,
+    done event)."""
+
+    def issue_and_record(self, nccl, op_name, xp):
+        calls = dict(self.calls)
+        self.issue(nccl, op_name)
+        for *_, stream, device, done in calls.values():
+            with xp.cuda.Device(device):        # an event is recorded in its GPU's context
+                done.record(stream)
+
+
+def make_start_kernel(ctx, nccl, xp):
+    """The kernel of one NcclAllReduceStart (GPU backend; see the module docstring)."""
+    _require_nccl(nccl)
+    rank, group_ids = ctx.attrs["rank"], ctx.attrs["device_ids"]
+    group = ctx.resource(("nccl", group_ids), lambda: shared_group(nccl, group_ids))
+    members = ctx.attrs["run_together"]
+    bucket = ctx.resource(("nccl started bucket", members), lambda: _StartedBucket(group))
+    communicator = group.communicators[rank]
+    is_last = rank == len(group_ids) - 1
+
+    def start(x):
+        x = xp.ascontiguousarray(x)     # NOTE: NCCL reads x.size elements from x.data.ptr
+        out = xp.empty_like(x)
+        compute = xp.cuda.get_current_stream()
+        stream = group.communication_stream(rank, xp)
+        stream.wait_event(compute.record(xp.cuda.Event(disable_timing=True)))
+        done = xp.cuda.Event(disable_timing=True)
+        bucket.calls[rank] = (communicator, x, out, x.size, NCCL_DTYPES[x.dtype.name], stream,
+                              xp.cuda.Device().id, done)
+        if is_last:
+            bucket.issue_and_record(nccl, members[rank], xp)
+        return np.array(_Launch(x, out, done), dtype=object)    # a variant scalar
+    return start
+
+
+def make_wait_kernel(ctx, xp):
+    """The kernel of one NcclAllReduceWait: the compute stream waits for the
+    communication stream's 'done' event (the host does not)."""
+    def wait(handle):
+        launch = handle.item()
+        xp.cuda.get_current_stream().wait_event(launch.done)
+        return launch.out
+    return wait
 
 
 def _end_group_after(nccl, err):

@@ -17,7 +17,8 @@ weighted by its share of the global batch (n_i / B), summed across towers by
 the communicator in gradient buckets, and every replica applies the same
 update, so replicas stay bit-identical and the result equals one device
 training on the whole batch. Buckets are planned in backward order; between
-MPI ranks each bucket's all-reduce overlaps the rest of the backward pass
+MPI ranks, and between the GPUs of one process (NCCL, on a communication
+stream of each GPU), each bucket's all-reduce overlaps the rest of the backward pass
 (``overlap=False`` or TOWERFLOW_OVERLAP_ALLREDUCE=0: after it, blocking).
 
 Synchronized batch norm (``sync_batch_norm=True``, or a layer's
