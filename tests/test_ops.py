@@ -432,6 +432,11 @@ NOT_COVERED_HERE = {
     # lookup tables, py_function and identity_n: test_graph_names.py, test_gradients.py
     "HashTableV2", "InitializeTableV2", "InitializeTableFromTextFileV2", "LookupTableFindV2",
     "LookupTableSizeV2", "EagerPyFunc", "IdentityN",
+    # synchronized batch norm's cross-tower sums: test_sync_batch_norm.py
+    "CrossTowerSum",
+    # all-reduces overlapping the backward pass: test_allreduce_overlap.py (MPI),
+    # test_nccl_overlap.py (NCCL on simulated GPUs)
+    "MpiAllReduceStart", "MpiAllReduceWait", "NcclAllReduceStart", "NcclAllReduceWait",
 }
 
 # -- running and checking ----------------------------------------------------------
@@ -638,7 +643,7 @@ def test_split_sizes_are_checked_when_built_or_run():
 
 
 # Op types that only run on GPUs, by design.
-GPU_ONLY = {"NcclAllReduce"}
+GPU_ONLY = {"NcclAllReduce", "NcclAllReduceStart", "NcclAllReduceWait"}
 
 
 def test_every_op_type_has_a_cpu_kernel():
