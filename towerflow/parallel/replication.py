@@ -198,26 +198,8 @@ class DataParallel:
 
     def _reduced_gradients(self, graph, towers, replicas, optimizer):
         """Per tower, the gradients of the global-batch mean loss, summed across
-        towers, in the order of ``replicas[tower]``. A loss-scaling optimizer
-        (towerflow.mixed_precision) scales each tower's loss and unscales its
-        gradients before the reduction."""
-        weighted, gradient_sums = [], []
-        scaled = hasattr(optimizer, "get_scaled_loss")
-        for tower, variables in zip(towers, replicas):
-            first_op = len(graph.get_operations())
-            # synchronized batch norm: the weight enters the backward pass (see above)
-            weight = tower.fraction.of(tower.loss.dtype) if tower.statistic_sums else None
-            with graph.device(self.devices[tower.index]), \
-                    graph.name_scope(f"tower_{tower.index}_gradients"):
-                if scaled:
-                    grads = optimizer.get_unscaled_gradients(
-                        _gradients(optimizer.get_scaled_loss(tower.loss), variables, weight))
-                else:
-                    grads = _gradients(tower.loss, variables, weight)
-                weighted.append(grads if weight is not None else
-                                [tower.fraction.weigh(grad) for grad in grads])
-            gradient_sums.append(sync_batch_norm.new_sums(graph, first_op, gradients=True))
-        self._wire_statistics(graph, gradient_sums, [t.statistic_sums for t in towers])
+        towers, in the order of ``replicas[tower]``."""
+        weighted = self._tower_gradients(graph, towers, replicas, optimizer, "fraction")
         plan = buckets.plan_buckets(weighted[0], self.bucket_bytes, backward=True)
         packed = [self._pack(graph, grads, plan, rank) for rank, grads in enumerate(weighted)]
         summed = self.communicator.all_reduce(packed, self.devices, graph)
@@ -255,19 +237,29 @@ class DataParallel:
         by ``weight``: 'fraction' (n_i / B: they sum to the global batch's mean
         gradient) or 'examples' (n_i: the shard's per-example gradient sum). A
         loss-scaling optimizer (towerflow.mixed_precision) scales each tower's
-        loss and unscales its gradients before the reduction."""
-        weighted = []
+        loss and unscales its gradients before the reduction. With synchronized
+        batch norms (never with 'examples': accumulation refuses them) the
+        weight enters the backward pass (see above) and the towers' gradients
+        of the cross-tower sums are wired together."""
+        weighted, gradient_sums = [], []
         scaled = hasattr(optimizer, "get_scaled_loss")
+        synchronized = bool(towers[0].statistic_sums)
         for tower, variables in zip(towers, replicas):
             weigher = tower.fraction if weight == "fraction" else tower.examples
+            first_op = len(graph.get_operations())
+            loss_weight = weigher.of(tower.loss.dtype) if synchronized else None
             with graph.device(self.devices[tower.index]), \
                     graph.name_scope(f"tower_{tower.index}_gradients"):
+                loss = optimizer.get_scaled_loss(tower.loss) if scaled else tower.loss
+                grads = _gradients(loss, variables, loss_weight)
                 if scaled:
-                    grads = optimizer.get_unscaled_gradients(
-                        _gradients(optimizer.get_scaled_loss(tower.loss), variables))
-                else:
-                    grads = _gradients(tower.loss, variables)
-                weighted.append([weigher.weigh(grad) for grad in grads])
+                    grads = optimizer.get_unscaled_gradients(grads)
+                weighted.append(grads if synchronized else
+                                [weigher.weigh(grad) for grad in grads])
+            if synchronized:
+                gradient_sums.append(sync_batch_norm.new_sums(graph, first_op, gradients=True))
+        if synchronized:
+            self._wire_statistics(graph, gradient_sums, [t.statistic_sums for t in towers])
         return weighted
 
     def _broadcast_from_rank_0(self, graph, variables):
