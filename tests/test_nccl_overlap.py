@@ -38,8 +38,10 @@ def train(overlap, steps=3, metadata=None):
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         for done in range(steps):
-            trace = {"options": tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
-                     "run_metadata": metadata} if metadata is not None and done == steps - 1 else {}
+            trace = {}
+            if metadata is not None and done == steps - 1:
+                trace = {"options": tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                         "run_metadata": metadata}
             sess.run(step.train_op, feed, **trace)
         weights = [v for v in tf.global_variables() if "first" in v.name or "last" in v.name]
         return dict(zip([v.name for v in weights], sess.run(weights))), \
