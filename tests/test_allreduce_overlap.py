@@ -131,3 +131,37 @@ def test_without_overlap_every_all_reduce_starts_after_the_backward_pass(runs):
     for rank, seen in spans(runs[0]).items():
         assert len(seen["reduce_starts"]) == 4, rank
         assert min(seen["reduce_starts"]) >= seen["backward_end"], rank
+
+
+def test_trace_joins_each_buckets_starts_across_ranks_and_each_start_to_its_wait(runs):
+    """The arrows of the overlapping all-reduce (client/timeline.py): each
+    bucket's two start ops joined (toward the rank that started last) and each
+    start joined to its own wait; every arrow points forward in time."""
+    events = json.loads((runs[1] / "trace.json").read_text())["traceEvents"]
+    ops = [e for e in events if e.get("ph") == "X"]
+    sources = {e["id"]: e for e in events if e["ph"] == "s"}
+    targets = {e["id"]: e for e in events if e["ph"] == "t"}
+    assert sources.keys() == targets.keys()
+    arrows = [(sources[key], targets[key]) for key in sources]
+    assert [pair for pair in arrows if pair[0]["ts"] > pair[1]["ts"]] == []
+
+    def names_at(flow, op, edge):
+        """The ``op`` ops on the flow event's row that start (edge 0) or end
+        (edge 1) at its time."""
+        return {e["args"]["name"] for e in ops if e["pid"] == flow["pid"]
+                and e["tid"] == flow["tid"] and e["args"]["op"] == op
+                and e["ts"] + edge * e["dur"] == flow["ts"]}
+    starts = [e for e in ops if e["args"]["op"] == "MpiAllReduceStart"]
+    buckets = {e["args"]["name"] for e in starts}
+    assert len(buckets) == 4 and len(starts) == 8
+    joined = [names_at(source, "MpiAllReduceStart", 0) & names_at(
+        target, "MpiAllReduceStart", 0) for source, target in arrows
+        if source["pid"] != target["pid"]]
+    assert sorted(name for names in joined for name in names) == sorted(buckets)
+    for start in starts:
+        waits = [target for source, target in arrows if source["pid"] == start["pid"]
+                 and start["args"]["name"] in names_at(source, "MpiAllReduceStart", 1)
+                 and source["ts"] == start["ts"] + start["dur"]]
+        wanted = start["args"]["name"].removesuffix("_start")
+        assert [wanted in names_at(target, "MpiAllReduceWait", 0) for target in waits] == \
+            [True], start

@@ -3,6 +3,8 @@ bucket's all-reduce runs on a communication stream of each GPU, ordered by
 events after the bucket's gradients and before their use, never by the host;
 the weights are bit-identical with and without overlap."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -11,9 +13,10 @@ import towerflow as tf
 FEATURES, HIDDEN, CLASSES, BATCH = 6, 5, 3, 8
 
 
-def train(overlap, steps=3):
+def train(overlap, steps=3, metadata=None):
     """Weights after ``steps`` steps of 2 towers on /gpu:0 and /gpu:1 (NCCL);
-    a bucket per gradient, so several all-reduces overlap the backward pass."""
+    a bucket per gradient, so several all-reduces overlap the backward pass.
+    ``metadata``: a RunMetadata to trace the last step into."""
     tf.reset_default_graph()
     x = tf.placeholder(tf.float32, [None, FEATURES], name="x")
     labels = tf.placeholder(tf.int64, [None], name="labels")
@@ -34,8 +37,12 @@ def train(overlap, steps=3):
             labels: np.arange(BATCH) % CLASSES}
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
-        for _ in range(steps):
-            sess.run(step.train_op, feed)
+        for done in range(steps):
+            trace = {}
+            if metadata is not None and done == steps - 1:
+                trace = {"options": tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                         "run_metadata": metadata}
+            sess.run(step.train_op, feed, **trace)
         weights = [v for v in tf.global_variables() if "first" in v.name or "last" in v.name]
         return dict(zip([v.name for v in weights], sess.run(weights))), \
             tf.get_default_graph()
@@ -105,3 +112,46 @@ def test_the_all_reduce_runs_on_its_own_stream_beside_the_backward_kernels(
     blocking = gpu0_work(monkeypatch, overlap=False)    # on the compute stream
     kernels = {key for name, key, *_ in blocking if not name.startswith("ncclAllReduce")}
     assert {key for name, key, *_ in blocking if name.startswith("ncclAllReduce")} <= kernels
+
+
+@pytest.mark.simulated_gpus(2)
+def test_the_trace_joins_each_buckets_towers_and_each_start_to_its_wait(gpu_backend, no_gpu):
+    """client/timeline.py: a bucket's start ops on the two GPUs are joined
+    (toward the one that started last), each start to its own wait."""
+    from towerflow.client import timeline
+    from towerflow.device import physical
+    physical.set_gpu_probe(None)
+    metadata = tf.RunMetadata()
+    train(overlap=True, steps=2, metadata=metadata)
+    events = json.loads(timeline.Timeline(metadata.step_stats).generate_chrome_trace_format())
+    events = events["traceEvents"]
+    ops = [((e["pid"], e["tid"], e["ts"], e["ts"] + e["dur"]), e["args"]["name"])
+           for e in events if e["ph"] == "X" and e["args"]["op"].startswith("NcclAllReduce")]
+    sources = {e["id"]: e for e in events if e["ph"] == "s"}
+    targets = {e["id"]: e for e in events if e["ph"] == "t"}
+    assert sources.keys() == targets.keys()
+
+    def names_at(flow, edge):       # the all-reduce ops starting (0) or ending (1) there
+        return {name for place, name in ops
+                if place[:2] == (flow["pid"], flow["tid"]) and place[2 + edge] == flow["ts"]}
+    joined, waited = [], []
+    for key, source in sources.items():
+        target = targets[key]
+        if not source["name"].startswith("allreduce/"):
+            continue        # a tensor's arrow: GPU and host clocks may disagree
+        assert source["ts"] <= target["ts"], (source, target)
+        if source["pid"] != target["pid"]:
+            joined.append((names_at(source, 0), names_at(target, 0)))
+        else:
+            waited.append((names_at(source, 1), names_at(target, 0)))
+    # NOTE: a start or wait enqueues no kernel on the compute stream: it takes
+    # 0 µs there and may share its µs with another, hence "in", not "==".
+    buckets = {f"allreduce/all_reduce_nccl/sum_{index}" for index in range(4)}
+    assert sorted(bucket for bucket in buckets for first, last in joined
+                  if {f"{bucket}_0_start", f"{bucket}_1_start"} <= first | last) == \
+        sorted(buckets)
+    assert len(joined) == 4
+    pairs = {(f"{bucket}_{tower}_start", f"{bucket}_{tower}")
+             for bucket in buckets for tower in (0, 1)}
+    assert {(start, wait) for starts, waits in waited for start in starts
+            for wait in waits if (start, wait) in pairs} == pairs

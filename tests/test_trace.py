@@ -490,16 +490,20 @@ def test_launch_writes_one_trace_with_a_row_group_per_rank(tmp_path):
     assert first[0]["ts"] <= first[1]["ts"] + first[1]["dur"] + 1000
     assert first[1]["ts"] <= first[0]["ts"] + first[0]["dur"] + 1000
     # Issue 33, item 4: no arrow joins two processes but a collective's, and
-    # those join the ranks' spans of one all-reduce, from the last to join it.
+    # those join the ranks' spans of one all-reduce, from the last to join it;
+    # an overlapping one's starts, from the other's start to the last's.
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     pairs = flows(events)
     across = [(start, end) for start, end in pairs if start["pid"] != end["pid"]]
     assert across, "the ranks' all-reduces are joined by arrows"
     for start, end in across:
+        is_start = start["name"] + "_start" in {e["args"]["name"] for e in ops_around(
+            events, start) if e["name"] == "MpiAllReduceStart"}
+        op, end_edge = ("MpiAllReduceStart", 0) if is_start else ("MpiAllReduce", 1)
         joined = [e["args"]["name"] for e in ops_around(events, start)
-                  if e["name"] == "MpiAllReduce" and e["ts"] == start["ts"]]
+                  if e["name"] == op and e["ts"] == start["ts"]]
         released = [e["args"]["name"] for e in ops_around(events, end)
-                    if e["name"] == "MpiAllReduce" and e["ts"] + e["dur"] == end["ts"]]
+                    if e["name"] == op and e["ts"] + end_edge * e["dur"] == end["ts"]]
         assert set(joined) & set(released), (start, end)
     assert [pair for pair in pairs if pair[0]["ts"] > pair[1]["ts"]] == []
 

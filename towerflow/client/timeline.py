@@ -25,6 +25,14 @@ trace: a flow joins a tensor's producer to its consumers of the same run
 only; across ranks, the spans of one collective (an MPI or NCCL all-reduce
 of the same name and step) are joined from the rank that joined it last
 (it released the others) to the end of every other rank's span.
+
+An all-reduce that overlaps the backward pass runs as a start op and a wait
+op per tower or rank (``MpiAllReduceStart``/``Wait``,
+``NcclAllReduceStart``/``Wait``): each start gets an arrow to its own wait,
+even on one lane (the sum is in flight between them, beside the ops the
+lane runs meanwhile), and the starts of one bucket (of one step) on other
+devices or ranks get an arrow each to the start of the one that started it
+last (the bucket is issued then).
 """
 
 import collections
@@ -39,6 +47,14 @@ StepStatsAnalysis = collections.namedtuple("StepStatsAnalysis",
 _LABEL = re.compile(r"(.*) = (.*)\((.*)\)")
 # Ops that every rank of a step runs together, exchanging data between processes.
 COLLECTIVE_OPS = frozenset({"MpiAllReduce", "MpiBroadcast", "MpiAllGather", "NcclAllReduce"})
+# The halves of an all-reduce that overlaps the backward pass (parallel/mpi.py,
+# parallel/nccl.py): a start op hands a handle to its wait op, the sum runs
+# between them. By start op: the suffix its node name adds to its bucket's
+# (an NCCL bucket has a start per tower, ``<bucket>_<tower>_start``; an MPI
+# bucket one per rank, all of the same name).
+STARTED_COLLECTIVE_OPS = {"MpiAllReduceStart": re.compile(r"_start$"),
+                          "NcclAllReduceStart": re.compile(r"_\d+_start$")}
+COLLECTIVE_WAIT_OPS = frozenset({"MpiAllReduceWait", "NcclAllReduceWait"})
 
 
 class TracedRun(typing.NamedTuple):
@@ -111,6 +127,7 @@ class Timeline:
         self._next_flow_id = 0
         self._allocator_maximums = {}
         self._collectives = collections.defaultdict(list)   # (step, node) -> [_Span]
+        self._started = collections.defaultdict(list)   # (step, op, bucket) -> [_Span]
 
     @classmethod
     def of_runs(cls, runs, graph=None):
@@ -222,23 +239,36 @@ class Timeline:
                 args.update({f"input{i}": name for i, name in enumerate(inputs)})
                 self._trace.event("X", "Op", op, pid, tid, start,
                                   dur=node.all_end_rel_micros, args=args)
+                # A wait's arrow from its start, even on one lane: it spans
+                # the all-reduce in flight beside the ops between them.
+                lane = None if op in COLLECTIVE_WAIT_OPS else (pid, tid)
                 for name in inputs:
-                    self._consume((run, name), start, end, pid, tid, show_dataflow)
-                if op in COLLECTIVE_OPS:
-                    step, rank = self._runs[run].step, self._runs[run].rank
-                    self._collectives[step, node.node_name].append(
-                        _Span(rank, start, end, pid, tid))
+                    self._consume((run, name), start, end, (pid, tid, lane), show_dataflow)
+                self._note_collective(run, node.node_name, op, _Span(
+                    self._runs[run].rank, start, end, pid, tid))
         if show_dataflow:
             self._show_collectives()
+            self._show_started_collectives()
 
-    def _consume(self, key, start, end, pid, tid, show_dataflow):
+    def _note_collective(self, run, node_name, op, span):
+        step = self._runs[run].step
+        if op in COLLECTIVE_OPS:
+            self._collectives[step, node_name].append(span)
+        elif op in STARTED_COLLECTIVE_OPS:
+            bucket = STARTED_COLLECTIVE_OPS[op].sub("", node_name)
+            self._started[step, op, bucket].append(span)
+
+    def _consume(self, key, start, end, consumer, show_dataflow):
+        """``consumer``: its (pid, tid, own lane): no arrow comes from a
+        producer on its own lane (None: from anywhere)."""
+        pid, tid, own_lane = consumer
         tensor = self._tensors.get(key)
         if tensor is None:          # a control input, or produced outside the trace
             return
         tensor.unref_times.append(end - 1)
         created, create_pid, create_tid = self._flow_starts[key]
         # Same device and lane: no arrow (horizontal arrows only clutter).
-        if show_dataflow and (create_pid, create_tid) != (pid, tid):
+        if show_dataflow and (create_pid, create_tid) != own_lane:
             self._flow(key[1], (create_pid, create_tid, created), (pid, tid, start))
 
     def _show_collectives(self):
@@ -255,6 +285,17 @@ class Timeline:
                 if span.rank != last.rank and span.end >= last.start:
                     self._flow(name, (last.pid, last.tid, last.start),
                                (span.pid, span.tid, span.end))
+
+    def _show_started_collectives(self):
+        """Each overlapping bucket's start ops, on several devices (towers or
+        ranks), joined to the one that started last: the bucket is issued
+        when its last member starts, so every arrow points forward."""
+        for (_, _, name), spans in self._started.items():
+            last = max(spans, key=lambda span: span.start)
+            for span in spans:
+                if span.pid != last.pid:
+                    self._flow(name, (span.pid, span.tid, span.start),
+                               (last.pid, last.tid, last.start))
 
     def _flow(self, name, source, target):
         """A flow (arrow) from ``source`` to ``target``, each (pid, tid, µs)."""
