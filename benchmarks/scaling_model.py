@@ -1,10 +1,10 @@
 """Scaling on paper: predicted step time and scaling efficiency of data-parallel
 training on 1 to 4,096 GPUs (8 per node, NVLink inside a node, InfiniBand
-between nodes), for the cifar10 recipe's network and a ResNet-50, as a table,
-JSON and a PNG plot, beside published Horovod and Goyal et al. figures.
+between nodes), for the cifar10 recipe's network, ResNet-50 and Inception V3, as
+a table, JSON and a PNG plot, beside published Horovod and Goyal et al. figures.
 
     python benchmarks/scaling_model.py [--out benchmarks/results/scaling_model]
-        [--cifar-batch 256] [--resnet-batch 128] [--bucket-mb 4]
+        [--cifar-batch 256] [--resnet-batch 128] [--inception-batch 128] [--bucket-mb 4]
 
 It is a model, not a measurement. What it counts and what it assumes:
 
@@ -12,7 +12,8 @@ It is a model, not a measurement. What it counts and what it assumes:
   Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter and MatMul ops that the
   variables' gradients need, in the graph tf.gradients builds) and parameter
   bytes. The cifar10 network is the recipe's own (towerflow.recipes.cifar10);
-  ResNet-50 v1.5 and ResNet-101 are built here with tf.layers.
+  ResNet-50 v1.5, ResNet-101 and Inception V3 are built with tf.layers in
+  scaling_networks.py.
 - Counted by towerflow's own bucketing: gradient buckets are
   towerflow.parallel.buckets.plan_buckets over the gradients in the order the
   backward pass produces them.
@@ -54,9 +55,10 @@ import os
 import platform
 import time
 
+from scaling_networks import NETWORKS
+
 import towerflow as tf
 from towerflow.parallel import buckets as towerflow_buckets
-from towerflow.recipes.cifar10 import RECIPE as CIFAR10
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPU_COUNTS = tuple(2 ** k for k in range(13))          # 1 .. 4,096
@@ -145,49 +147,6 @@ class Profile:
     def gradient_bytes(self):
         return sum(v.shape.num_elements() * v.dtype.size
                    for layer in self.layers for v in layer.variables)
-
-
-# ----------------------------------------------------------------------------
-# Networks
-
-def cifar10_logits(images):
-    return CIFAR10.logits(images, training=True)
-
-
-def resnet_logits(blocks_per_stage, classes=1000):
-    """ResNet v1.5 (stride on the 3x3 convolution, as torchvision and NVIDIA's
-    examples), channels last: (3, 4, 6, 3) is ResNet-50, (3, 4, 23, 3) ResNet-101."""
-    def logits(images):
-        y = _conv_bn(images, 64, 7, 2, relu=True)
-        y = tf.layers.max_pooling2d(y, 3, 2, padding="same")
-        for stage, blocks in enumerate(blocks_per_stage):
-            for index in range(blocks):
-                stride = 2 if stage > 0 and index == 0 else 1
-                y = _bottleneck(y, 64 * 2 ** stage, stride, project=index == 0)
-        y = tf.reduce_mean(y, axis=[1, 2])
-        return tf.layers.dense(y, classes)
-    return logits
-
-
-def _conv_bn(x, filters, size, stride, relu):
-    y = tf.layers.conv2d(x, filters, size, strides=stride, padding="same", use_bias=False)
-    y = tf.layers.batch_normalization(y, training=True)
-    return tf.nn.relu(y) if relu else y
-
-
-def _bottleneck(x, width, stride, project):
-    shortcut = _conv_bn(x, 4 * width, 1, stride, relu=False) if project else x
-    y = _conv_bn(x, width, 1, 1, relu=True)
-    y = _conv_bn(y, width, 3, stride, relu=True)
-    y = _conv_bn(y, 4 * width, 1, 1, relu=False)
-    return tf.nn.relu(y + shortcut)
-
-
-NETWORKS = {
-    "cifar10": (cifar10_logits, (32, 32, 3)),
-    "resnet50": (resnet_logits((3, 4, 6, 3)), (224, 224, 3)),
-    "resnet101": (resnet_logits((3, 4, 23, 3)), (224, 224, 3)),
-}
 
 
 # ----------------------------------------------------------------------------
@@ -458,8 +417,11 @@ def published_comparisons(profiles):
         {"source": "Horovod (Sergeev & Del Balso 2018; horovod docs)", "network": "resnet101",
          "cluster": horovod, "gpus": 512, "baseline_gpus": 1, "batch": 64,
          "bucket_bytes": 64 * MIB, "published_efficiency": 0.90,
-         "published": "90 % scaling efficiency at 512 GPUs for ResNet-101 (and Inception V3, "
-                      "not modelled here)"},
+         "published": "90 % scaling efficiency at 512 GPUs for ResNet-101 (and Inception V3)"},
+        {"source": "Horovod (Sergeev & Del Balso 2018; horovod docs)", "network": "inception3",
+         "cluster": horovod, "gpus": 512, "baseline_gpus": 1, "batch": 64,
+         "bucket_bytes": 64 * MIB, "published_efficiency": 0.90,
+         "published": "90 % scaling efficiency at 512 GPUs for Inception V3 (and ResNet-101)"},
     ]
     for case in cases:
         profile, cluster = profiles[case["network"]], case["cluster"]
@@ -526,17 +488,17 @@ def print_tables(profiles, rows, thresholds, cases):
               f"float32 gradients), {len(profile.layers)} layers")
     print(f"\n{H100.name}; compute {H100.rate / 1e12:.0f} TFLOP/s per GPU "
           f"({H100.utilisation:.0%} of {H100.peak_flops / 1e12:.0f})")
-    print(f"{'network':>9} {'GPUs':>5} {'batch':>5} {'compute ms':>10} {'all-red ms':>10} "
+    print(f"{'network':>10} {'GPUs':>5} {'batch':>5} {'compute ms':>10} {'all-red ms':>10} "
           f"{'inter-node':>13} {'step no-ovl':>11} {'step ovl':>9} {'eff no-ovl':>10} "
           f"{'eff ovl':>8}")
     for row in rows:
-        print(f"{row['network']:>9} {row['gpus']:>5} {row['batch_per_gpu']:>5} "
+        print(f"{row['network']:>10} {row['gpus']:>5} {row['batch_per_gpu']:>5} "
               f"{row['compute_ms']:>10.2f} {row['allreduce_ms']:>10.2f} {row['algorithm']:>13} "
               f"{row['step_ms_no_overlap']:>11.2f} {row['step_ms_overlap']:>9.2f} "
               f"{row['efficiency_no_overlap']:>10.1%} {row['efficiency_overlap']:>8.1%}")
     print("\nlargest batch per GPU still under 90 % efficiency (0: none):")
     for entry in thresholds:
-        print(f"  {entry['network']:>9} on {entry['gpus']:>4} GPUs: no overlap "
+        print(f"  {entry['network']:>10} on {entry['gpus']:>4} GPUs: no overlap "
               f"{entry['no_overlap']}, overlap {entry['overlap']}")
     print("\nagainst published figures:")
     for case in cases:
@@ -567,8 +529,11 @@ def plot(result, path):
     print(f"wrote {path}")
 
 
+NETWORK_COLOURS = {"cifar10": "tab:blue", "resnet50": "tab:red", "inception3": "tab:orange"}
+
+
 def _plot_gpus(axes, result):
-    colours = {"cifar10": "tab:blue", "resnet50": "tab:red"}
+    colours = NETWORK_COLOURS
     for name, colour in colours.items():
         rows = [row for row in result["rows"] if row["network"] == name]
         gpus = [row["gpus"] for row in rows]
@@ -585,7 +550,7 @@ def _plot_gpus(axes, result):
 
 def _plot_batches(axes, result):
     gpus = result["batch_sweep_gpus"]
-    colours = {"cifar10": "tab:blue", "resnet50": "tab:red"}
+    colours = NETWORK_COLOURS
     for name, colour in colours.items():
         sweep = result["batch_sweep"][name]
         batches = [point["batch"] for point in sweep]
@@ -598,8 +563,11 @@ def _plot_batches(axes, result):
 
 
 def _plot_published(axes, result):
-    colours = ("tab:green", "tab:purple")
-    for case, colour in zip(result["published"], colours):
+    colours = ("tab:green", "tab:purple", "tab:brown")
+    # Horovod's two networks share one published point: each later star is drawn
+    # smaller, so that the earlier one still shows around it
+    sizes = (18, 18, 11)
+    for case, colour, size in zip(result["published"], colours, sizes):
         gpus = [point["gpus"] for point in case["curve"]]
         label = f"{case['network']} ({case['source'].split(' (')[0]})"
         axes.plot(gpus, [point["overlap"] for point in case["curve"]], "o-", color=colour,
@@ -607,7 +575,7 @@ def _plot_published(axes, result):
         axes.plot(gpus, [point["no_overlap"] for point in case["curve"]], "s--",
                   color=colour, alpha=0.7, label="model, no overlap")
         axes.plot([case["gpus"]], [case["published_efficiency"]], "*", color=colour,
-                  markersize=16, markeredgecolor="black", label="published")
+                  markersize=size, markeredgecolor="black", label="published")
     _efficiency_axes(axes, "GPUs", "model against published figures")
     axes.set_xscale("log", base=2)
 
@@ -620,9 +588,10 @@ def _efficiency_axes(axes, xlabel, title):
 
 
 def run(args):
-    profiles = {name: profile_network(name) for name in ("cifar10", "resnet50", "resnet101")}
+    profiles = {name: profile_network(name) for name in NETWORKS}
     bucket_bytes = int(args.bucket_mb * MIB)
-    batches = {"cifar10": args.cifar_batch, "resnet50": args.resnet_batch}
+    batches = {"cifar10": args.cifar_batch, "resnet50": args.resnet_batch,
+               "inception3": args.inception_batch}
     rows = [row for name, batch in batches.items()
             for row in scaling_rows(profiles[name], batch, H100, bucket_bytes)]
     thresholds = [{"network": name, "gpus": gpus,
@@ -671,6 +640,8 @@ def main(argv=None):
                         help="batch per GPU of the cifar10 network (the recipe's default "
                              "batch)")
     parser.add_argument("--resnet-batch", type=int, default=128, help="batch per GPU of ResNet-50")
+    parser.add_argument("--inception-batch", type=int, default=128,
+                        help="batch per GPU of Inception V3")
     parser.add_argument("--bucket-mb", type=float, default=4.0,
                         help="gradient bucket size in MiB (DataParallel's default 4)")
     args = parser.parse_args(argv)

@@ -2,8 +2,8 @@
 formulas (against values worked out by hand), its limits (one GPU costs no
 communication; efficiency never rises with more GPUs at a fixed batch per GPU),
 FLOP and parameter counts from real graphs (a tiny network counted by hand,
-the cifar10 recipe's network, ResNet-50 against its published totals), and the
-script writing its JSON and PNG quickly."""
+the cifar10 recipe's network, ResNet-50 and Inception V3 against their
+published totals), and the script writing its JSON and PNG quickly."""
 
 import itertools
 import json
@@ -198,6 +198,27 @@ def test_resnet50_matches_its_published_size(profiles):
     assert profile.layers[-1].parameters == 2048 * 1000 + 1000
 
 
+def test_inception3_matches_its_published_size():
+    profile = sm.profile_network("inception3")           # ~0.2 s to build and count
+    # Keras' InceptionV3 with its top: 23,851,784 parameters, of which 34,432 are not
+    # trainable: the batch norms' moving mean and variance, 2 per channel. Its batch
+    # norms have no gamma (scale=False), so their trainable part is beta, 1 per channel.
+    batch_norms = [layer for layer in profile.layers
+                   if layer.name.startswith("batch_normalization")]
+    assert all(len(layer.variables) == 1 for layer in batch_norms)
+    channels = sum(layer.parameters for layer in batch_norms)
+    assert profile.parameters == 23_817_352          # Keras' "Trainable params"
+    assert profile.parameters + 2 * channels == 23_851_784
+    # torchvision's Inception_V3_Weights: 5.713 G multiply-adds per 299x299 image (its
+    # "GFLOPS", counted in inference, where the auxiliary head does not run; none is
+    # built here), to the last digit it gives
+    assert profile.forward_flops / 2 == pytest.approx(5.713e9, abs=0.0005e9)
+    convolutions = [layer for layer in profile.layers if layer.name.startswith("conv2d")]
+    # stem 5; Mixed_5b-d 3 x 7; Mixed_6a 4; Mixed_6b-e 4 x 10; Mixed_7a 6; Mixed_7b-c 2 x 9
+    assert len(convolutions) == 5 + 21 + 4 + 40 + 6 + 18 == 94
+    assert profile.layers[-1].parameters == 2048 * 1000 + 1000
+
+
 def test_buckets_are_towerflows_plan_in_backward_order(profiles):
     profile = profiles["resnet50"]
     planned = sm.gradient_buckets(profile, 4 << 20)
@@ -238,11 +259,14 @@ def test_the_script_writes_its_table_json_and_plot_quickly(tmp_path):
     written = json.loads((out.with_suffix(".json")).read_text())
     assert (out.with_suffix(".png")).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {row["gpus"] for row in written["rows"]} == {2 ** k for k in range(13)}
-    assert {row["network"] for row in written["rows"]} == {"cifar10", "resnet50"}
+    assert {row["network"] for row in written["rows"]} == {"cifar10", "resnet50", "inception3"}
     assert written["networks"]["resnet50"]["parameters"] == 25_557_032
     assert written["networks"]["resnet101"]["parameters"] == 44_549_160
+    assert written["networks"]["inception3"]["parameters"] == 23_817_352
     published = {case["network"]: case for case in written["published"]}
     assert published["resnet50"]["gpus"] == 256 and published["resnet101"]["gpus"] == 512
+    assert published["inception3"]["gpus"] == 512
+    assert published["inception3"]["cluster"] == published["resnet101"]["cluster"]
     for case in published.values():
         assert 0 < case["model_no_overlap"] <= case["model_overlap"] <= 1
     assert all(math.isfinite(row["step_ms_overlap"]) for row in written["rows"])
