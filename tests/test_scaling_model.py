@@ -11,7 +11,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -245,16 +244,13 @@ def test_batch_below_target_is_where_efficiency_crosses_90_percent(profiles):
         assert sm.efficiency(profile, batch + 1, 4096, sm.H100, 4 << 20, overlap) >= 0.9
 
 
-def test_the_script_writes_its_table_json_and_plot_quickly(tmp_path):
+def test_the_script_writes_its_table_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "model"
-    start = time.monotonic()
     result = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "scaling_model.py"),
                              "--out", str(out)], capture_output=True, text=True, timeout=120,
                             check=False)
-    elapsed = time.monotonic() - start
     assert result.returncode == 0, result.stderr
-    assert elapsed < 30
     assert "against published figures" in result.stdout
     written = json.loads((out.with_suffix(".json")).read_text())
     assert (out.with_suffix(".png")).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
