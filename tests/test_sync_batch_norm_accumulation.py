@@ -18,7 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import split_cpu
-from test_sync_batch_norm import SHAPE, batches, difference, small_cnn
+from test_sync_batch_norm import (
+    SHAPE,
+    batches,
+    difference,
+    moving_statistics,
+    small_cnn,
+    stand_in_cifar10,
+    worst,
+)
 
 import towerflow as tf
 
@@ -217,26 +225,6 @@ def test_two_mpi_ranks_with_two_towers_each_match_one_device(tmp_path):
 # -- towerflow train --sync-batch-norm --accumulate -------------------------------------
 
 
-def stand_in_cifar10(monkeypatch):
-    """The cifar10 recipe (seven batch norms) on 40 random stand-in images."""
-    from towerflow import data
-    from towerflow.recipes import get
-    recipe = get("cifar10")
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
-    labels = rng.integers(0, 10, 40)
-    splits = data.Splits(data.Split(images[:30], labels[:30]),
-                         data.Split(images[30:], labels[30:]), list("abcdefghij"))
-    monkeypatch.setattr(recipe, "load", lambda data_dir=None: splits)
-    return recipe
-
-
-def moving_statistics(directory):
-    reader = tf.train.load_checkpoint(str(directory))
-    return {key: reader.get_tensor(key) for key, _ in tf.train.list_variables(str(directory))
-            if key.endswith(("moving_mean", "moving_variance"))}
-
-
 def test_cli_sync_batch_norm_with_accumulate_trains_like_one_device(tmp_path, monkeypatch):
     """`towerflow train cifar10 --sync-batch-norm --accumulate 2` on 2 towers:
     one update of 2 micro-batches saves the moving statistics of the same run
@@ -266,13 +254,6 @@ def test_cli_sync_batch_norm_with_accumulate_trains_like_one_device(tmp_path, mo
     # initial weights, so nothing compounds
     assert worst(synced, one_tower) <= 1e-4
     assert worst(run("per-tower", "/cpu:0,/cpu:1"), run("plain-one", "/cpu:0")) > 1e-2
-
-
-def worst(ours, reference):
-    """The largest difference of two {name: array}, relative to each array's scale."""
-    return max(float(np.max(np.abs(ours[key] - value))) / max(float(np.max(np.abs(value))),
-                                                                 1e-3)
-               for key, value in reference.items())
 
 
 def test_cli_sync_batch_norm_with_accumulate_resumes_exactly(tmp_path, monkeypatch):

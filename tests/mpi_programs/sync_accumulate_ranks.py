@@ -20,7 +20,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
 from test_sync_batch_norm import small_cnn
 from test_sync_batch_norm_accumulation import (
-    K, LEARNING_RATE, count_collectives, micro_batches, placeholders)
+    LEARNING_RATE,
+    K,
+    count_collectives,
+    micro_batches,
+    placeholders,
+)
 
 import towerflow as tf
 
