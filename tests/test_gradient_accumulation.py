@@ -234,21 +234,6 @@ def test_accumulation_steps_must_be_a_whole_number_of_at_least_one(value):
         tf.parallel.DataParallel(["/cpu:0"], accumulation_steps=value)
 
 
-def test_synchronized_batch_norm_with_accumulation_is_refused_not_silently_wrong():
-    def tower_fn(inputs):
-        images, labels = inputs
-        hidden = tf.layers.batch_normalization(images, training=True, synchronized=True)
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=labels, logits=tf.layers.dense(hidden, 3)))
-
-    tf.reset_default_graph()
-    inputs = (tf.placeholder(tf.float32, [None, 4]), tf.placeholder(tf.int64, [None]))
-    strategy = tf.parallel.DataParallel(["/cpu:0", "/cpu:1"], accumulation_steps=2)
-    with pytest.raises(NotImplementedError, match="synchronized batch norm with "
-                                                  "accumulation_steps=2 is not supported"):
-        strategy.minimize(tower_fn, inputs, tf.train.GradientDescentOptimizer(0.1))
-
-
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_with_loss_scaling_an_update_with_an_overflow_is_skipped_whole():
     """Loss scaling: a micro-batch whose gradients overflow (an inf input) makes

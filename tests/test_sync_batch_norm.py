@@ -339,15 +339,8 @@ def test_cli_sync_batch_norm_trains_the_cifar10_recipe_like_one_device(tmp_path,
     NOTE: one device is compared with the same flag: the recipe's unseeded
     initializers draw from the graph's op count (as TF's), which the
     synchronized layers' extra ops change."""
-    from towerflow import cli, data
-    from towerflow.recipes import get
-    recipe = get("cifar10")
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
-    labels = rng.integers(0, 10, 40)
-    splits = data.Splits(data.Split(images[:30], labels[:30]),
-                         data.Split(images[30:], labels[30:]), list("abcdefghij"))
-    monkeypatch.setattr(recipe, "load", lambda data_dir=None: splits)
+    from towerflow import cli
+    stand_in_cifar10(monkeypatch)
 
     def statistics(name, *options):
         out = tmp_path / name
@@ -356,14 +349,7 @@ def test_cli_sync_batch_norm_trains_the_cifar10_recipe_like_one_device(tmp_path,
                          "--json-out", str(out / "run.json"), *options]) == 0
         run = json.loads((out / "run.json").read_text())
         assert run["sync_batch_norm"] == ("--sync-batch-norm" in options)
-        reader = tf.train.load_checkpoint(str(out))
-        return {key: reader.get_tensor(key) for key, _ in tf.train.list_variables(str(out))
-                if key.endswith(("moving_mean", "moving_variance"))}
-
-    def worst(ours, reference):
-        return max(float(np.max(np.abs(ours[key] - value)) / max(float(np.max(np.abs(value))),
-                                                                  1e-3))
-                   for key, value in reference.items())
+        return moving_statistics(out)
     one_tower = statistics("one", "--devices", "/cpu:0", "--sync-batch-norm")
     synced = statistics("synced", "--devices", "/cpu:0,/cpu:1", "--sync-batch-norm")
     assert len(one_tower) == 14
@@ -372,6 +358,34 @@ def test_cli_sync_batch_norm_trains_the_cifar10_recipe_like_one_device(tmp_path,
     plain_one = statistics("plain-one", "--devices", "/cpu:0")
     per_tower = statistics("per-tower", "--devices", "/cpu:0,/cpu:1")
     assert worst(per_tower, plain_one) > 1e-2
+
+
+def stand_in_cifar10(monkeypatch):
+    """The cifar10 recipe (seven batch norms) on 40 random stand-in images."""
+    from towerflow import data
+    from towerflow.recipes import get
+    recipe = get("cifar10")
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, 40)
+    splits = data.Splits(data.Split(images[:30], labels[:30]),
+                         data.Split(images[30:], labels[30:]), list("abcdefghij"))
+    monkeypatch.setattr(recipe, "load", lambda data_dir=None: splits)
+    return recipe
+
+
+def moving_statistics(directory):
+    """{name: value} of the moving means and variances of a checkpoint directory."""
+    reader = tf.train.load_checkpoint(str(directory))
+    return {key: reader.get_tensor(key) for key, _ in tf.train.list_variables(str(directory))
+            if key.endswith(("moving_mean", "moving_variance"))}
+
+
+def worst(ours, reference):
+    """The largest difference of two {name: array}, relative to each array's scale."""
+    return max(float(np.max(np.abs(ours[key] - value))) / max(float(np.max(np.abs(value))),
+                                                                 1e-3)
+               for key, value in reference.items())
 
 
 def test_cli_help_names_the_option_and_its_default(capsys):

@@ -64,8 +64,9 @@ def add_train_parser(commands, parents=()):
                             "between GPUs, MPI between ranks, else on the host)")
     train.add_argument("--sync-batch-norm", action="store_true",
                        help="normalise every batch norm with the statistics of the global "
-                            "batch across all towers and ranks (one all-reduce per layer "
-                            "and step; default: each tower's own shard)")
+                            "batch (with --accumulate: of each micro-batch) across all "
+                            "towers and ranks (one all-reduce per layer and micro-batch; "
+                            "default: each tower's own shard)")
     train.add_argument("--precision", default=None,
                        choices=["float32", "mixed_float16", "mixed_bfloat16"],
                        help="mixed_float16: float16 compute, float32 weights, loss scaling; "

@@ -70,7 +70,8 @@ def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=
     ``tensorboard``: a directory where rank 0 writes the curve's rows, the
     learning rate and samples/s as TensorBoard event files.
     ``sync_batch_norm``: every batch norm normalises with the global batch's
-    statistics across towers and ranks (DataParallel's option).
+    statistics across towers and ranks (DataParallel's option; with
+    ``accumulate``, each global micro-batch's).
     ``accumulate``: K micro-batches of ``batch_size`` per update, one update
     equal to one on a batch K times larger (towerflow/training_updates.py);
     steps count updates.

@@ -6,7 +6,9 @@ Each tower keeps, in local variables on its own device, one accumulator per
 gradient bucket and a count of the examples seen. A micro-batch adds each
 tower's *sum* over its shard of the per-example gradients (the shard's mean
 gradient times its example count n_i) to the tower's accumulators and the
-global micro-batch's example count to the tower's count; no collective runs.
+global micro-batch's example count to the tower's count; no collective runs
+for the gradients (synchronized batch norms still all-reduce their statistics
+in every micro-batch, as PyTorch's SyncBatchNorm under ``no_sync``).
 The update's micro-batch adds its own, then the accumulated sums are
 all-reduced, once, divided by the examples counted (the mean over every
 example of the update), applied, and the accumulators zeroed.

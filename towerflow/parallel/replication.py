@@ -28,6 +28,11 @@ all-reduce per layer forward, one backward; see sync_batch_norm.py). Then
 each tower differentiates its loss weighted by n_i / B (the weight enters
 the backward pass, since a tower's gradient also carries the other towers'
 losses through the shared statistics) instead of weighting its gradients.
+With gradient accumulation (below) they work as PyTorch's SyncBatchNorm under
+DDP's ``no_sync``: every micro-batch's forward and backward pass all-reduce
+the statistics of its global micro-batch (the moving statistics move once
+per micro-batch), each tower's loss is weighted by n_i, and the gradients are
+still all-reduced once per update.
 
 Gradient accumulation (``accumulation_steps=K``, see accumulation.py): the
 step's ``accumulate_op`` adds a micro-batch's gradients into per-tower
@@ -120,10 +125,6 @@ class DataParallel:
         if self.sync_batch_norm and not towers[0].statistic_sums:
             logger.warning("sync_batch_norm=True, but the model has no batch norm in "
                            "training mode: nothing to synchronize")
-        if self.accumulation_steps > 1 and towers[0].statistic_sums:
-            raise NotImplementedError(
-                "synchronized batch norm with accumulation_steps="
-                f"{self.accumulation_steps} is not supported: use one or the other")
         self._wire_statistics(graph, [tower.statistic_sums for tower in towers])
         if self.num_ranks > 1:  # first, so the other towers copy the broadcast values
             self._broadcast_from_rank_0(graph, towers[0].variables + towers[0].statistics)
@@ -238,9 +239,9 @@ class DataParallel:
         gradient) or 'examples' (n_i: the shard's per-example gradient sum). A
         loss-scaling optimizer (towerflow.mixed_precision) scales each tower's
         loss and unscales its gradients before the reduction. With synchronized
-        batch norms (never with 'examples': accumulation refuses them) the
-        weight enters the backward pass (see above) and the towers' gradients
-        of the cross-tower sums are wired together."""
+        batch norms the weight (either kind) enters the backward pass (see
+        above) and the towers' gradients of the cross-tower sums are wired
+        together: with accumulation they run in every micro-batch."""
         weighted, gradient_sums = [], []
         scaled = hasattr(optimizer, "get_scaled_loss")
         synchronized = bool(towers[0].statistic_sums)
