@@ -119,7 +119,8 @@ def test_compressed_tfrecords_hold_the_plain_bytes(tmp_path, kind, unpack):
     with tf.io.TFRecordWriter(path, options) as writer:
         for record in records:
             writer.write(record)
-    assert unpack(open(path, "rb").read()) == reference_tfrecord(records)
+    with open(path, "rb") as file:
+        assert unpack(file.read()) == reference_tfrecord(records)
     assert list(tf.python_io.tf_record_iterator(path, options)) == records
     assert list(tf.python_io.tf_record_iterator(path, kind)) == records
     assert tf.python_io.TFRecordOptions.get_compression_type_string(options) == kind
@@ -316,8 +317,8 @@ def test_var_len_features_parsed_in_map_batch_as_tf_does():
     (example(label=float_feature([1.0])), {"label": tf.FixedLenFeature([], tf.int64)},
      r"^Key: label\.  Data types don't match\. Data type: float but expected type: int64$"),
     (example(x=float_feature([1.0, 2.0, 3.0])), {"x": tf.FixedLenFeature([2], tf.float32)},
-     r"^Key: x\.  Number of float values != expected\.  Values size: 3 but output shape: "
-     r"\[2\]$"),
+     (r"^Key: x\.  Number of float values != expected\.  Values size: 3 but output shape: "
+      r"\[2\]$")),
 ])
 def test_parse_errors_carry_tensorflows_messages(record, features, message):
     parsed = tf.parse_single_example(tf.constant(record.SerializeToString()), features)

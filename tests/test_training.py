@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import towerflow as tf
-from towerflow import cli, run_control, training
+from towerflow import cli, run_control, training, training_evaluation
 from towerflow.recipes import get
 
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
@@ -173,7 +173,7 @@ class LinearDigits(type(get("digits"))):
 @pytest.mark.parametrize("count", [1, 3])
 def test_flip_test_time_augmentation_adds_each_images_mirror(monkeypatch, no_gpu, count):
     from towerflow import data
-    monkeypatch.setattr(training, "EVAL_BATCH", 100)     # 360 test images: ragged shards
+    monkeypatch.setattr(training_evaluation, "EVAL_BATCH", 100)  # 360 test images: ragged shards
     recipe = LinearDigits()
     splits = recipe.load()
     pipeline = data.Pipeline(splits.train.images, splits.train.labels, 64, seed=0)
@@ -184,15 +184,15 @@ def test_flip_test_time_augmentation_adds_each_images_mirror(monkeypatch, no_gpu
         model.normalisation = {}
         sess = tf.Session(graph=graph)
         sess.run(tf.global_variables_initializer())
-        with_flips = training.evaluate(sess, model, splits.test)
+        with_flips = training_evaluation.evaluate(sess, model, splits.test)
         model.test_time_flip = False
         images = splits.test.images
         symmetric = data.Split(images + images[:, :, ::-1], splits.test.labels)
         # the same correct predictions: the accuracy metric is a float32 mean of the
         # towers' accuracies weighted by their shares, exact to far less than one image
-        assert training.evaluate(sess, model, symmetric) == pytest.approx(
+        assert training_evaluation.evaluate(sess, model, symmetric) == pytest.approx(
             with_flips, abs=0.5 / len(splits.test.labels))
-        assert training.evaluate(sess, model, splits.test) != with_flips
+        assert training_evaluation.evaluate(sess, model, splits.test) != with_flips
     pipeline.close()
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from towerflow import cli_train, training, training_rate
+from towerflow import cli_train, training, training_evaluation, training_rate
 from towerflow.recipes import get
 
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn "
@@ -22,7 +22,7 @@ def slow_clock(monkeypatch):
     FIRST_STEP seconds at the end of the first step."""
     offset, first_step = [0.0], []
     monkeypatch.setattr(training_rate, "clock", lambda: time.perf_counter() + offset[0])
-    evaluate, step_done = training.evaluate, training_rate.StepClock.step_done
+    evaluate, step_done = training_evaluation.evaluate, training_rate.StepClock.step_done
 
     def slow_evaluate(*args):
         offset[0] += EVALUATION
@@ -33,7 +33,7 @@ def slow_clock(monkeypatch):
             first_step.append(True)
             offset[0] += FIRST_STEP
         return step_done(self, *args)
-    monkeypatch.setattr(training, "evaluate", slow_evaluate)
+    monkeypatch.setattr(training_evaluation, "evaluate", slow_evaluate)
     monkeypatch.setattr(training_rate.StepClock, "step_done", first_step_slow)
 
 

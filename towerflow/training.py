@@ -38,10 +38,9 @@ from .run_outputs import check_output_paths, naming_path, write_json
 from .session import ConfigProto, Session
 from .train import Saver, get_or_create_global_step
 from .train.checkpoint_format import checkpoint_prefix, remove_stale_temporaries
+from .training_evaluation import Evaluation
 from .training_trace import StepTraces
 from .training_updates import UpdateMeans, Updates, run_micro_batch
-
-EVAL_BATCH = 1000
 
 
 def fit(recipe, devices, all_reduce="auto", batch_size=None, epochs=None, steps=None,
@@ -361,7 +360,7 @@ def _train(sess, model, pipeline, splits, plan):
     step = first_step = int(sess.run(model.global_step))
     traces = StepTraces(*plan.trace, first_step, model.strategy)
     start, last_loss, test_accuracy, summary = training_rate.clock(), None, None, None
-    steps, evaluation = plan.steps, _Evaluation(sess, model, splits.test)
+    steps, evaluation = plan.steps, Evaluation(sess, model, splits.test)
     hook, plan.saved_step = run_control.self_signal_hook(), first_step
     # NOTE: an OSError without a file name (the curve files' disk full, say)
     # names the checkpoint folder, which holds them; one context, not one a step.
@@ -417,20 +416,6 @@ def _summary(plan, step, last_loss, test_accuracy, evaluation, start):
             "wall_seconds": training_rate.clock() - start, **plan.describe}
 
 
-class _Evaluation:
-    """``evaluate`` on the test split, timed apart from training."""
-
-    def __init__(self, sess, model, split):
-        self.sess, self.model, self.split, self.seconds = sess, model, split, 0.0
-
-    def run(self):
-        start = training_rate.clock()
-        try:
-            return evaluate(self.sess, self.model, self.split)
-        finally:
-            self.seconds += training_rate.clock() - start
-
-
 def _writing_curve(plan):
     """Where an OSError while the recorder writes the curve files comes from."""
     if plan.checkpoint_dir:
@@ -472,57 +457,6 @@ def _save(sess, model, pipeline, plan, step, summary=None):
                                            global_step=step, write_meta_graph=False,
                                            extra_state=state)
     plan.saved_step = step
-
-
-def evaluate(sess, model, split):
-    """Accuracy over ``split`` (batches of EVAL_BATCH, in order, training off);
-    with the recipe's ``test_time_flip``, of each image's logits plus its
-    mirror image's."""
-    if split is None or len(split.labels) == 0:
-        return float("nan")
-    if model.test_time_flip:
-        return _evaluate_with_flips(sess, model, split)
-    correct = 0.0
-    for start in range(0, len(split.labels), EVAL_BATCH):
-        images = split.images[start:start + EVAL_BATCH]
-        labels = split.labels[start:start + EVAL_BATCH]
-        accuracy = sess.run(model.step.metrics["accuracy"],
-                            feed_dict={model.images: _prepare(model, images),
-                                       model.labels: labels})
-        correct += accuracy * len(labels)
-    return correct / len(split.labels)
-
-
-def _evaluate_with_flips(sess, model, split):
-    """Flip test-time augmentation: each tower's logits for its shard of a batch
-    and of the batch mirrored left to right, added. Each rank counts the
-    correct predictions of its own shards; the ranks add their counts."""
-    strategy = model.strategy
-    first_shard = strategy.rank * strategy.num_towers
-    correct = 0
-    for start in range(0, len(split.labels), EVAL_BATCH):
-        images = _prepare(model, split.images[start:start + EVAL_BATCH])
-        labels = split.labels[start:start + EVAL_BATCH]
-        plain = sess.run(model.tower_logits, feed_dict={model.images: images})
-        mirrored = sess.run(model.tower_logits,
-                            feed_dict={model.images: np.ascontiguousarray(images[:, :, ::-1])})
-        bounds = np.cumsum([0] + data_module.shard_sizes(len(labels), strategy.num_shards))
-        for tower, (logits, flipped) in enumerate(zip(plain, mirrored)):
-            shard = first_shard + tower
-            predicted = np.argmax(logits + flipped, axis=1)
-            correct += int(np.sum(predicted == labels[bounds[shard]:bounds[shard + 1]]))
-    if strategy.num_ranks > 1:
-        from .parallel import mpi
-        correct = int(mpi.world().all_reduce(np.array([correct], np.int64),
-                                             "evaluate with flips", strategy.timeout)[0])
-    return correct / len(split.labels)
-
-
-def _prepare(model, images):
-    """Test images go through the pipeline's normalisation, not its augmentation."""
-    if model.normalisation:
-        return data_module.augment.normalize(images, **model.normalisation)
-    return images.astype(np.float32, copy=False)
 
 
 def _float(value):

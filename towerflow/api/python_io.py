@@ -8,6 +8,8 @@ files from Python, outside any graph (the format: towerflow/backends/tfrecord_fo
         example = tf.train.Example.FromString(record)
 """
 
+from typing import ClassVar
+
 from ..backends import tfrecord_format
 
 
@@ -25,9 +27,9 @@ class TFRecordOptions:
     The zlib tuning arguments other than ``compression_level`` are accepted
     and ignored (they change speed and size, never the records read back)."""
 
-    compression_type_map = {TFRecordCompressionType.ZLIB: "ZLIB",
-                            TFRecordCompressionType.GZIP: "GZIP",
-                            TFRecordCompressionType.NONE: ""}
+    compression_type_map: ClassVar[dict[int, str]] = {
+        TFRecordCompressionType.ZLIB: "ZLIB", TFRecordCompressionType.GZIP: "GZIP",
+        TFRecordCompressionType.NONE: ""}
 
     def __init__(self, compression_type=None, flush_mode=None, input_buffer_size=None,
                  output_buffer_size=None, window_bits=None, compression_level=None,

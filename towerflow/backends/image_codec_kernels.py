@@ -39,7 +39,9 @@ def _decode(ctx):
         try:
             image = image_module.open(io.BytesIO(data))
             image.load()
-        except Exception:        # Pillow raises several kinds for data it cannot read
+        # Pillow has no closed set of errors for bad data (OSError, SyntaxError, EOFError,
+        # ValueError, struct.error, zlib.error, ... by plugin), so any is "not an image".
+        except Exception:  # noqa: BLE001 -- Pillow's errors for bad data are open-ended
             raise errors.InvalidArgumentError(
                 None, op, f"Expected image (JPEG, PNG, or GIF), got {_format_of(data)}"
             ) from None

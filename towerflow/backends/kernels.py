@@ -28,6 +28,7 @@ from .linalg_kernels import build_linalg_kernels
 from .lrn_kernels import build_lrn_kernels
 from .nn_kernels import build_nn_kernels
 from .parallel_kernels import build_parallel_kernels
+from .random_kernels import build_random_kernels
 from .reduction_kernels import build_reduction_kernels
 from .scatter_kernels import build_scatter_kernels
 from .sort_kernels import build_sort_kernels
@@ -46,7 +47,7 @@ def build_kernels(xp, parallel=SERIAL, fused_updates=None):
     table.update(_elementwise_kernels(xp, parallel))
     table.update(build_reduction_kernels(xp))
     table.update(_array_kernels(xp))
-    table.update(_random_kernels(xp))
+    table.update(build_random_kernels(xp))
     table.update(_state_kernels(xp))
     table.update(build_gradient_kernels(xp))
     table.update(build_activation_kernels(xp, parallel))
@@ -107,7 +108,7 @@ def _source_kernels(xp):
                 raise errors.InvalidArgumentError(      # fill_op.cc's words
                     None, None, "value must be a scalar, got shape "
                     + "[" + ",".join(map(str, value.shape)) + "]")
-            return xp.full(_read_dims(dims), value, dtype=dtype)
+            return xp.full(read_dims(dims), value, dtype=dtype)
         return filled
 
     def like(fill_value):
@@ -318,7 +319,7 @@ def _split_sizes(sizes, total):
     return [total - known if size == -1 else size for size in sizes]
 
 
-def _read_dims(dims):
+def read_dims(dims):
     """The int tensor ``dims`` read on the host (a GPU's costs one small copy);
     InvalidArgumentError (TF's words) for a negative dimension."""
     if dims.ndim != 1:
@@ -366,70 +367,6 @@ def _bound_method(name, argument):
     def call(x):
         return getattr(x, name)(argument)
     return call
-
-
-def _random_kernels(xp):
-    def stream(ctx):
-        seed = ctx.attrs["seed"]  # (graph seed, op seed[, tower]) or (None, None)
-        seed = None if seed[0] is None else list(seed)
-        return ctx.resource(("random", ctx.op), lambda: xp.random.default_rng(seed))
-
-    def normal(ctx):
-        rng, (mean, stddev), shape, dtype = _random_setup(ctx, stream)
-        draw_dtype = _generator_dtype(dtype)
-        return _of_shape(ctx, shape, lambda shape: (
-            rng.standard_normal(shape, dtype=draw_dtype) * stddev + mean)
-            .astype(dtype, copy=False))
-
-    def truncated(ctx):
-        rng, (mean, stddev), shape, dtype = _random_setup(ctx, stream)
-        draw_dtype = _generator_dtype(dtype)
-
-        def draw(shape):
-            values = rng.standard_normal(shape, dtype=draw_dtype)
-            outside = xp.abs(values) > 2
-            while outside.any():  # redraw the tails until every value is within 2σ
-                values[outside] = rng.standard_normal(int(outside.sum()), dtype=draw_dtype)
-                outside = xp.abs(values) > 2
-            return (values * stddev + mean).astype(dtype, copy=False)
-        return _of_shape(ctx, shape, draw)
-
-    def uniform(ctx):
-        rng, (low, high), shape, dtype = _random_setup(ctx, stream)
-        draw_dtype = _generator_dtype(dtype)
-        return _of_shape(ctx, shape, lambda shape: (
-            rng.random(shape, dtype=draw_dtype) * (high - low) + low)
-            .astype(dtype, copy=False))
-
-    def uniform_int(ctx):
-        rng, (low, high), shape, dtype = _random_setup(ctx, stream)
-        return _of_shape(ctx, shape,
-                         lambda shape: rng.integers(low, high, size=shape, dtype=dtype))
-
-    table = {"RandomStandardNormal": normal, "TruncatedNormal": truncated,
-             "RandomUniform": uniform, "RandomUniformInt": uniform_int}
-    # the "Dims" ops draw the same, of a shape read from their int input
-    return {**table, **{op_type + "Dims": make for op_type, make in table.items()}}
-
-
-def _of_shape(ctx, shape, draw):
-    """The kernel: ``draw(shape)`` for a static shape; for ``shape=tf.shape(x)``
-    (the op's one input is x) ``draw`` of x's run-time shape, read from the
-    array's metadata, never from device memory."""
-    if ctx.op.type.endswith("Dims"):
-        return lambda dims: draw(tuple(_read_dims(dims)))
-    if ctx.op.inputs:
-        return lambda like: draw(like.shape)
-    return lambda: draw(shape)
-
-
-def _generator_dtype(dtype):
-    """Generators draw float32 or float64 only; float16 is drawn as float32 and cast."""
-    return dtype if dtype.itemsize >= 4 else np.dtype(np.float32)
-
-
-def _random_setup(ctx, stream):
-    return stream(ctx), ctx.attrs["params"], ctx.attrs["shape"], ctx.output_dtypes[0]
 
 
 class VariableCell:

@@ -43,10 +43,10 @@ make_initializable_iterator = _iterators.make_initializable_iterator
 # tf.data.experimental.AUTOTUNE: let the pipeline choose (num_parallel_calls, prefetch)
 experimental = _missing.namespace("tf.data.experimental", AUTOTUNE=_AUTOTUNE)
 
-__all__ = ["Dataset", "FixedLengthRecordDataset", "TFRecordDataset", "TextLineDataset",
-           "Iterator", "Pipeline", "Split", "Splits", "augment", "channel_stats",
-           "cifar10", "digits", "experimental", "make_initializable_iterator",
-           "make_one_shot_iterator", "mnist", "shard_sizes"]
+__all__ = ["Dataset", "FixedLengthRecordDataset", "Iterator", "Pipeline", "Split", "Splits",
+           "TFRecordDataset", "TextLineDataset", "augment", "channel_stats", "cifar10",
+           "digits", "experimental", "make_initializable_iterator", "make_one_shot_iterator",
+           "mnist", "shard_sizes"]
 
 # A name TF 1.15 has and towerflow lacks says so (towerflow/api/missing.py).
 __getattr__ = _missing.module_getattr("tf.data")

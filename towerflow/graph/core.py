@@ -10,12 +10,11 @@ static output shapes and dtypes, the device requested by the enclosing
 """
 
 import contextlib
-import heapq
 import re
 import threading
 
 from ..device.spec import DeviceSpec, merge_device_scopes
-from . import registry
+from . import ordering, registry
 from .shapes import as_shape
 
 
@@ -338,7 +337,7 @@ class Graph:
         op_name = name[:-1] if name and name.endswith("/") else \
             self.unique_name(name or op_type)
         op_def.check_input_types(inputs)
-        output_specs = _infer_outputs(op_def, inputs, attrs, op_name)
+        output_specs = registry.infer_outputs(op_def, inputs, attrs, op_name)
         if self._colocation_stack and self._colocation_stack[-1] is not None:
             attrs["_colocate_with"] = self._colocation_stack[-1]
         op = Operation(self, op_def, op_name, inputs, attrs,
@@ -392,51 +391,11 @@ class Graph:
             self._ops_by_name[op.name] = op
 
     def _sort_topologically(self):
-        """Reorder the ops so each comes after its inputs and control inputs,
-        keeping creation order wherever it already holds (the first op whose
-        inputs are all placed goes first) and ops made to run together (attr
-        ``run_together``: an NCCL all-reduce's members) back to back: repairs the
-        order after ``Operation._update_input`` gave an op an input made after it."""
+        """Reorder the ops so each comes after its inputs and control inputs
+        (see ordering.topological_order): repairs the order after
+        ``Operation._update_input`` gave an op an input made after it."""
         with self._lock:
-            units = self._run_together_units()
-            unit_of = {op: unit for unit in units for op in unit}
-            waiting_on, users = {}, {unit: [] for unit in units}
-            for unit in units:
-                sources = {unit_of[source] for op in unit for source in _sources(op)} - {unit}
-                waiting_on[unit] = len(sources)
-                for source in sources:
-                    users[source].append(unit)
-            ready = [(unit[0]._id, unit) for unit in units if not waiting_on[unit]]
-            heapq.heapify(ready)
-            ordered = []
-            while ready:
-                _, unit = heapq.heappop(ready)
-                ordered.extend(unit)
-                for user in users[unit]:
-                    waiting_on[user] -= 1
-                    if not waiting_on[user]:
-                        heapq.heappush(ready, (user[0]._id, user))
-            if len(ordered) != len(self._ops):
-                stuck = next(unit[0] for unit in units if waiting_on[unit])
-                raise ValueError(f"the graph has a cycle through {stuck.name}")
-            for index, op in enumerate(ordered):
-                op._id = index
-            self._ops = ordered
-
-    def _run_together_units(self):
-        """The ops as units to place: each alone, or the members of one
-        ``run_together`` group, in creation order."""
-        units, groups = [], {}
-        for op in self._ops:
-            names = op.attrs.get("run_together")
-            if not names:
-                units.append((op,))
-            elif names not in groups:
-                groups[names] = (op,)
-                units.append(names)
-            else:
-                groups[names] += (op,)
-        return [groups.get(unit, unit) for unit in units]
+            self._ops = ordering.topological_order(self._ops)
 
     # -- lookup ----------------------------------------------------------------
 
@@ -515,11 +474,6 @@ _global_default_graph = Graph()
 _default_graph_stack = []
 
 
-def _sources(op):
-    """The ops ``op`` waits for: its inputs' and its control inputs."""
-    return {tensor.op for tensor in op.inputs} | set(op.control_inputs)
-
-
 def get_default_graph():
     """The graph new ops go into: the innermost ``as_default()`` graph, else the
     global default graph."""
@@ -555,18 +509,3 @@ def _session_for(graph, session):
         raise ValueError("Cannot use the given session to evaluate this tensor: the "
                          "tensor's graph is different from the session's graph.")
     return session
-
-
-def _infer_outputs(op_def, inputs, attrs, op_name):
-    """The op's (shape, dtype) per output. As in TensorFlow, a shape rule
-    refuses inputs with a TypeError (a dtype) or a ValueError (anything else,
-    even an IndexError from a rule indexing dimensions that are not there)."""
-    where = f"(while building op '{op_name}' of type {op_def.op_type})"
-    try:
-        return op_def.shape_fn(list(inputs), attrs)
-    except TypeError as err:
-        raise TypeError(f"{err} {where}") from None
-    except ValueError as err:
-        raise ValueError(f"{err} {where}") from None
-    except (IndexError, KeyError, ArithmeticError) as err:
-        raise ValueError(f"{type(err).__name__}: {err} {where}") from err

@@ -6,7 +6,8 @@ An op is defined once, in the ops module that builds it::
     register_op("MatMul", shape_fn=_matmul_shape)
 
 Backends fill ``register_kernels`` with the kernel names they implement;
-placement asks ``has_kernel`` before putting an op on a GPU.
+placement asks ``has_kernel`` before putting an op on a GPU. ``infer_outputs``
+runs an op type's shape rule for ``Graph.create_op``, naming the op in its errors.
 """
 
 import dataclasses
@@ -161,3 +162,18 @@ def registered_kernels(device_type):
 def unregister_kernels(device_type):
     """Forget every kernel of ``device_type`` (tests that fake a GPU backend)."""
     _KERNELS_BY_DEVICE_TYPE.pop(device_type, None)
+
+
+def infer_outputs(op_def, inputs, attrs, op_name):
+    """The op's (shape, dtype) per output. As in TensorFlow, a shape rule
+    refuses inputs with a TypeError (a dtype) or a ValueError (anything else,
+    even an IndexError from a rule indexing dimensions that are not there)."""
+    where = f"(while building op '{op_name}' of type {op_def.op_type})"
+    try:
+        return op_def.shape_fn(list(inputs), attrs)
+    except TypeError as err:
+        raise TypeError(f"{err} {where}") from None
+    except ValueError as err:
+        raise ValueError(f"{err} {where}") from None
+    except (IndexError, KeyError, ArithmeticError) as err:
+        raise ValueError(f"{type(err).__name__}: {err} {where}") from err

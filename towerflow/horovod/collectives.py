@@ -15,7 +15,7 @@ from ..graph import core
 from ..ops import array_ops, math_ops, state_ops
 from ..ops.constant_ops import convert_to_tensor
 from ..ops.indexed_slices import IndexedSlices
-from ..parallel import mpi
+from ..parallel import mpi, mpi_ops
 from . import basics
 
 # Horovod's reduction ops (its ReduceOps values).
@@ -130,7 +130,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     with graph.device(device_dense):
         compressed, ctx = compression.compress(tensor)
         with graph.device("/cpu:0"):
-            summed = mpi.all_reduce_op(compressed, _timeout(), world="horovod",
+            summed = mpi_ops.all_reduce_op(compressed, _timeout(), world="horovod",
                                        name=_op_name("HorovodAllreduce", tensor, name))
         summed = compression.decompress(summed, ctx)
         if op == Sum:
@@ -154,7 +154,7 @@ def allgather(tensor, name=None):
         raise ValueError(f"hvd.allgather({tensor.name}): a scalar cannot be joined along "
                          "dimension 0; pass a tensor of rank >= 1 (tf.reshape(x, [1]))")
     with tensor.graph.device("/cpu:0"):
-        return mpi.all_gather_op(tensor, _timeout(), world="horovod",
+        return mpi_ops.all_gather_op(tensor, _timeout(), world="horovod",
                                  name=_op_name("HorovodAllgather", tensor, name))
 
 
@@ -173,7 +173,7 @@ def broadcast(tensor, root_rank, name=None):
                          f"in 0..{world_size - 1} (size() is {world_size})")
     tensor = convert_to_tensor(tensor)
     with tensor.graph.device("/cpu:0"):
-        return mpi.broadcast_op(tensor, _timeout(), root_rank=root_rank, world="horovod",
+        return mpi_ops.broadcast_op(tensor, _timeout(), root_rank=root_rank, world="horovod",
                                 name=_op_name("HorovodBroadcast", tensor, name))
 
 

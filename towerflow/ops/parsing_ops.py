@@ -15,6 +15,7 @@ fetching it gives a ``tf.SparseTensorValue`` of NumPy arrays.
 """
 
 import collections
+import itertools
 
 import numpy as np
 
@@ -126,7 +127,8 @@ def _parse(serialized, features, name, batched):
 def _feature_spec(key, feature):
     """The kernel's spec of a dense feature; None for a VarLenFeature."""
     if not isinstance(feature, (FixedLenFeature, VarLenFeature, FixedLenSequenceFeature)):
-        raise ValueError(f"Invalid feature {key}:{feature}.")
+        # TF 1.15 raises ValueError here; TypeError would break code that catches it.
+        raise ValueError(f"Invalid feature {key}:{feature}.")  # noqa: TRY004 -- TF's type
     dtype = dtypes.as_dtype(feature.dtype)
     if dtype not in _FEATURE_DTYPES:
         raise ValueError(f"Feature {key}: dtype must be tf.float32, tf.int64 or tf.string "
@@ -193,7 +195,7 @@ def _csv_default(value, index):
 
 def _checked_select_cols(select_cols, count):
     cols = [int(col) for col in select_cols]
-    if any(later <= earlier for earlier, later in zip(cols, cols[1:])):
+    if any(later <= earlier for earlier, later in itertools.pairwise(cols)):
         raise ValueError("select_cols is not strictly increasing.")
     if cols and cols[0] < 0:
         raise ValueError("select_cols contains negative values.")
