@@ -10,12 +10,11 @@ prebuilt closures on a list of value slots: no graph walking, no name
 lookups, no shape inference.
 """
 
-import heapq
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import dtypes, errors, fusion, kernel_errors
+from . import dtypes, errors, fusion, kernel_errors, plan_order
 from .backends import KernelContext, aligned_memory
 from .graph.core import Operation
 
@@ -52,7 +51,7 @@ class Plan:
         # TF's Send/Recv pair, made once per tensor and reading device.
         self.copies = []
         ops = _needed_ops(targets, feeds)
-        _check_run_together(ops)
+        plan_order.check_run_together(ops)
         self.ops = ops
         self.body_ops = []        # the ops of control-flow bodies, in their own plans
         self._feed_slots, self._feed_checks, self.feed_runtimes = self._bind_feeds(feeds)
@@ -303,69 +302,7 @@ def _needed_ops(targets, feeds):
     unfed = sorted((op for op in needed if op.type == "Placeholder"), key=lambda op: op._id)
     if unfed:
         raise errors.InvalidArgumentError(None, unfed[0], _unfed_message(unfed[0]))
-    return _overlapping_order(sorted(needed, key=lambda op: op._id))
-
-
-def _overlapping_order(ops):
-    """``ops`` (in creation order) reordered for ops that overlap others: one
-    with attr ``schedule='early'`` (a collective's start) runs as soon as the
-    ops it depends on have run, those pulled ahead of everything else, the
-    first-made start's first; one with ``schedule='late'`` (its wait) runs
-    only when no other op is ready. Still a topological order; ``ops`` as they
-    are when there is neither."""
-    early = [op for op in ops if op.attrs.get("schedule") == "early"]
-    if not early:
-        return ops
-    in_plan = set(ops)
-
-    def producers(op):
-        return [o for o in [t.op for t in op.inputs] + list(op.control_inputs) if o in in_plan]
-    # rank of each op: that of the first start it leads to, else after them all
-    rank = {}
-    for index, start in enumerate(early):
-        stack = [start]
-        while stack:
-            op = stack.pop()
-            if op not in rank:   # claimed ones had their producers claimed too
-                rank[op] = index
-                stack.extend(producers(op))
-    last = len(early)
-    waiting, users, ready = {}, {op: [] for op in ops}, []
-    for op in ops:
-        before = set(producers(op))
-        waiting[op] = len(before)
-        for producer in before:
-            users[producer].append(op)
-        if not before:
-            heapq.heappush(ready, (_schedule_key(op, rank, last), op._id, op))
-    ordered = []
-    while ready:
-        op = heapq.heappop(ready)[2]
-        ordered.append(op)
-        for user in users[op]:
-            waiting[user] -= 1
-            if not waiting[user]:
-                heapq.heappush(ready, (_schedule_key(user, rank, last), user._id, user))
-    return ordered
-
-
-def _schedule_key(op, rank, last):
-    if op.attrs.get("schedule") == "late":
-        return last + 1
-    return rank.get(op, last)
-
-
-def _check_run_together(ops):
-    """Ops made to run together (attr ``run_together``: their names; the
-    members of one NCCL all-reduce) are all in the plan, or none of them."""
-    names = {op.name for op in ops}
-    for op in ops:
-        missing = [name for name in op.attrs.get("run_together", ()) if name not in names]
-        if missing:
-            raise errors.InvalidArgumentError(
-                None, op, f"Op '{op.name}' ({op.type}) cannot run without the other ops of "
-                f"its group {missing}: fetch them in the same Session.run (the members "
-                "of a collective that never run would leave it waiting forever)")
+    return plan_order.overlapping_order(sorted(needed, key=lambda op: op._id))
 
 
 def _unfed_message(op):

@@ -40,7 +40,7 @@ register_not_differentiable("MpiAllReduce", "MpiBroadcast", "MpiAllGather")
 # An all-reduce in two halves, so that it overlaps the ops between them:
 # (x) -> a handle (variant); the sum runs in the world's progress thread. attrs:
 # timeout, signature, world and ``schedule='early'`` (the plan runs it as soon
-# as x exists, see plan._overlapping_order).
+# as x exists, see plan_order.overlapping_order).
 register_op("MpiAllReduceStart",
             lambda inputs, attrs: [(TensorShape([]), dtypes.variant)], stateful=True)
 # (handle) -> the sum, shaped like the started x (attrs shape, dtype);
