@@ -55,7 +55,10 @@ class Graph:
         self.ended = True
 
     def _unjoined(self):
-        """The joined streams with work the origin does not wait on."""
+        """The joined streams with work the origin does not wait on. NOTE:
+        a stream that joined and queued nothing counts as joined here; CUDA
+        documents only that every joined stream must be joined back, so a
+        real GPU may refuse that case too (towerflow always joins back)."""
         origin = self.lane_clocks[0]
         return [key for key, lane in self.lanes.items()
                 if lane and origin.get(lane, 0) < self.lane_clocks[lane].get(lane, 0)]
