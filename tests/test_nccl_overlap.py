@@ -13,28 +13,37 @@ import towerflow as tf
 FEATURES, HIDDEN, CLASSES, BATCH = 6, 5, 3, 8
 
 
+def tower(inputs):
+    """The towers' MLP (also tests/mpi_programs/nccl_overlap_ranks.py's)."""
+    images, classes = inputs
+    hidden = tf.layers.dense(images, HIDDEN, tf.nn.relu, name="first",
+                             kernel_initializer=tf.constant_initializer(0.1))
+    logits = tf.layers.dense(hidden, CLASSES, name="last",
+                             kernel_initializer=tf.constant_initializer(-0.2))
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=classes, logits=logits))
+
+
+def nccl_step(overlap, devices=None, **options):
+    """(the DataParallel step of :func:`tower` with all_reduce='nccl' and a
+    bucket per gradient, its feed)."""
+    x = tf.placeholder(tf.float32, [None, FEATURES], name="x")
+    labels = tf.placeholder(tf.int64, [None], name="labels")
+    strategy = tf.parallel.DataParallel(devices, all_reduce="nccl", bucket_bytes=1,
+                                        overlap=overlap, **options)
+    step = strategy.minimize(tower, (x, labels), tf.train.GradientDescentOptimizer(0.5))
+    rng = np.random.default_rng(3)
+    feed = {x: rng.standard_normal((BATCH, FEATURES)).astype(np.float32),
+            labels: np.arange(BATCH) % CLASSES}
+    return step, feed
+
+
 def train(overlap, steps=3, metadata=None):
     """Weights after ``steps`` steps of 2 towers on /gpu:0 and /gpu:1 (NCCL);
     a bucket per gradient, so several all-reduces overlap the backward pass.
     ``metadata``: a RunMetadata to trace the last step into."""
     tf.reset_default_graph()
-    x = tf.placeholder(tf.float32, [None, FEATURES], name="x")
-    labels = tf.placeholder(tf.int64, [None], name="labels")
-
-    def tower(inputs):
-        images, classes = inputs
-        hidden = tf.layers.dense(images, HIDDEN, tf.nn.relu, name="first",
-                                 kernel_initializer=tf.constant_initializer(0.1))
-        logits = tf.layers.dense(hidden, CLASSES, name="last",
-                                 kernel_initializer=tf.constant_initializer(-0.2))
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=classes, logits=logits))
-    strategy = tf.parallel.DataParallel(["/gpu:0", "/gpu:1"], all_reduce="nccl",
-                                        bucket_bytes=1, overlap=overlap)
-    step = strategy.minimize(tower, (x, labels), tf.train.GradientDescentOptimizer(0.5))
-    rng = np.random.default_rng(3)
-    feed = {x: rng.standard_normal((BATCH, FEATURES)).astype(np.float32),
-            labels: np.arange(BATCH) % CLASSES}
+    step, feed = nccl_step(overlap, ["/gpu:0", "/gpu:1"])
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         for done in range(steps):

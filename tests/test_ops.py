@@ -435,7 +435,8 @@ NOT_COVERED_HERE = {
     # synchronized batch norm's cross-tower sums: test_sync_batch_norm.py
     "CrossTowerSum",
     # all-reduces overlapping the backward pass: test_allreduce_overlap.py (MPI),
-    # test_nccl_overlap.py (NCCL on simulated GPUs)
+    # test_nccl_overlap.py (NCCL on simulated GPUs), test_mpi_nccl_overlap.py (NCCL
+    # between processes, captured)
     "MpiAllReduceStart", "MpiAllReduceWait", "NcclAllReduceStart", "NcclAllReduceWait",
 }
 

@@ -25,7 +25,14 @@ def capture(primary, runtimes, run):
     """See cupy_backend.CupyDevice.capture_steps. Every runtime queues on
     ``primary``'s stream while captured (the graph is one sequence in plan
     order), and allocates from the graph's own pool: the graph replays into
-    the same buffers, which nothing else may then reuse."""
+    the same buffers, which nothing else may then reuse. A kernel may fork
+    work to a stream of its own (NCCL's communication stream between
+    processes): that stream waits on an event recorded on ``primary``'s
+    stream and so joins the capture (CUDA's cross-stream capture), and must
+    be joined back (``primary``'s stream waits on an event recorded on it
+    after its work) before the capture ends, which fails otherwise
+    (cudaErrorStreamCaptureUnjoined) and takes every joined stream out of
+    capture mode. The graph replays such work on a branch beside the rest."""
     others = [runtime for runtime in runtimes if runtime is not primary]
     stream = primary.stream
     saved = [(runtime.stream, runtime.malloc) for runtime in runtimes]
@@ -43,10 +50,12 @@ def capture(primary, runtimes, run):
             stream.begin_capture()
             try:
                 run()
+                # NOTE: inside the try: an end that fails (a fork never joined
+                # back, a capture a step invalidated) frees the pools too.
+                graph = stream.end_capture()
             except BaseException:
                 _abandon_capture(stream, (graph_pool, backing))
                 raise
-            graph = stream.end_capture()
         finally:
             for runtime, (own_stream, malloc) in zip(runtimes, saved):
                 runtime.stream, runtime.malloc = own_stream, malloc

@@ -46,8 +46,9 @@ class Communicator:
     name = None
     spans_processes = False     # sums across MPI ranks (each rank feeds the global batch)
     # Whether a bucket's all-reduce may overlap the backward pass: used by the
-    # MPI communicator (non-blocking, in a progress thread) and NCCL's within a
-    # process (on a communication stream per GPU); the others block.
+    # MPI communicator (non-blocking, in a progress thread) and NCCL's, within
+    # a process (on a communication stream per GPU) and between processes (on
+    # a communication stream, inside the step's CUDA graph); the others block.
     overlap = False
 
     def all_reduce(self, tower_values, devices, graph):
@@ -138,9 +139,8 @@ class NcclCommunicator(Communicator):
         gpu_ids = [_physical_of(device)[1] for device in devices]
         per_tower = [[] for _ in devices]
         with graph.name_scope("all_reduce_nccl"):
-            # NOTE: one GPU's "all-reduce" is a copy with nothing to overlap, and
-            # its plan may be captured as a CUDA graph, which the communication
-            # stream's fork and join would prevent: it stays on the compute stream.
+            # NOTE: one GPU's "all-reduce" is a copy with nothing to overlap: it
+            # stays on the compute stream.
             overlap = self.overlap and len(gpu_ids) > 1
             reduce = nccl.all_reduce_members_started if overlap else nccl.all_reduce_members
             for index in range(len(tower_values[0])):
@@ -154,8 +154,9 @@ class NcclCommunicator(Communicator):
         """One tower here (checked by :func:`choose`): its buckets, summed over
         every rank's tower by the NCCL world."""
         world = mpi.world()
+        member = nccl.world_member_started if self.overlap else nccl.world_member
         with graph.name_scope("all_reduce_nccl"):
-            return [[nccl.world_member(bucket, world, self.timeout, name=f"sum_{index}")
+            return [[member(bucket, world, self.timeout, name=f"sum_{index}")
                      for index, bucket in enumerate(tower_values[0])]]
 
 

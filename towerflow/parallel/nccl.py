@@ -23,6 +23,10 @@ wait makes its compute stream wait on that event. The host never waits:
 the backward kernels queued between start and wait run beside the
 all-reduce. The start holds the bucket and the sum until the wait, so the
 memory pool cannot hand either out while the communication stream uses them.
+Across processes (:func:`world_member_started`) the same start and wait run
+on one communication stream per Session; such a plan (one GPU) is captured
+as a CUDA graph, the communication stream joining the capture at each start's
+fork and joined back by each wait.
 
 These kernels run on the GPU backend; without a GPU they are tested against a
 stand-in of ``cupy.cuda.nccl`` (tests/test_nccl.py) and, across processes, on
@@ -95,13 +99,16 @@ def all_reduce_members_started(tensors, device_ids, graph, name="nccl_all_reduce
     bucket = tuple(start.op.name for start in starts)
     for start in starts:        # the plan runs all of them or refuses
         start.op.attrs["run_together"] = bucket
-    outputs = []
-    for rank, (tensor, start) in enumerate(zip(tensors, starts)):
-        attrs = {"shape": tuple(tensor.shape.dims), "dtype": tensor.dtype, "schedule": "late"}
-        with graph.colocate_with(tensor.op):
-            outputs.append(graph.create_op("NcclAllReduceWait", [start], attrs,
-                                           name=f"{name}_{rank}").outputs[0])
-    return outputs
+    return [_wait_op(tensor, start, f"{name}_{rank}")
+            for rank, (tensor, start) in enumerate(zip(tensors, starts))]
+
+
+def _wait_op(tensor, start, name):
+    """The wait of ``start`` (the sum of ``tensor``), run as late as its users allow."""
+    attrs = {"shape": tuple(tensor.shape.dims), "dtype": tensor.dtype, "schedule": "late"}
+    with tensor.graph.colocate_with(tensor.op):
+        return tensor.graph.create_op("NcclAllReduceWait", [start], attrs,
+                                      name=name).outputs[0]
 
 
 def world_member(tensor, world, timeout, name="nccl_all_reduce"):
@@ -112,6 +119,18 @@ def world_member(tensor, world, timeout, name="nccl_all_reduce"):
     with tensor.graph.colocate_with(tensor.op):
         return tensor.graph.create_op("NcclAllReduce", [tensor], attrs,
                                       name=f"{name}_rank_{world.rank}").outputs[0]
+
+
+def world_member_started(tensor, world, timeout, name="nccl_all_reduce"):
+    """As :func:`world_member`, overlapping: a start op, run as soon as
+    ``tensor`` exists, and a wait op (whose output is the sum)."""
+    attrs = {"rank": world.rank, "device_ids": (), "world_size": world.size,
+             "timeout": float(timeout), "schedule": "early"}
+    op_name = f"{name}_rank_{world.rank}"
+    with tensor.graph.colocate_with(tensor.op):
+        start = tensor.graph.create_op("NcclAllReduceStart", [tensor], attrs,
+                                       name=f"{op_name}_start").outputs[0]
+    return _wait_op(tensor, start, op_name)
 
 
 class NcclGroup:
@@ -229,6 +248,8 @@ class _StartedBucket(_Bucket):
 def make_start_kernel(ctx, nccl, xp):
     """The kernel of one NcclAllReduceStart (GPU backend; see the module docstring)."""
     _require_nccl(nccl)
+    if ctx.attrs.get("world_size", 1) > 1:
+        return _world_start_kernel(ctx, nccl, xp)
     rank, group_ids = ctx.attrs["rank"], ctx.attrs["device_ids"]
     group = ctx.resource(("nccl", group_ids), lambda: shared_group(nccl, group_ids))
     members = ctx.attrs["run_together"]
@@ -295,16 +316,53 @@ def make_member_kernel(ctx, nccl, xp):
     return reduce
 
 
-def _world_member_kernel(ctx, nccl, xp):
-    """One process's member across processes: its communicator joins the world
-    (a collective) when the plan is compiled, on the member's GPU, which is
-    current while kernels are made."""
+def _world_communicator(ctx, nccl):
+    """This process's communicator in the NCCL world: it joins (a collective)
+    when the plan is compiled, on the member's GPU, which is current while
+    kernels are made."""
     from . import mpi
     size, timeout = ctx.attrs["world_size"], ctx.attrs["timeout"]
-    communicator = ctx.resource(
+    return ctx.resource(
         ("nccl world", size), lambda: join_across_processes(nccl, mpi.world(), timeout))
+
+
+def _world_member_kernel(ctx, nccl, xp):
+    """One process's member across processes, on the compute stream."""
+    communicator = _world_communicator(ctx, nccl)
     dtype = NCCL_DTYPES[ctx.output_dtypes[0].name]
     return lambda x: _all_reduce_into(communicator, x, dtype, xp)
+
+
+def _world_start_kernel(ctx, nccl, xp):
+    """One process's start across processes: the all-reduce runs on the
+    world's communication stream (one per Session, made on the member's GPU
+    as its communicator), forked from the compute stream by an event; the
+    wait joins it back. Capturable: under capture the communication stream
+    joins the compute stream's capture at the fork, and the wait's join is
+    what CUDA requires before the capture ends (cudaErrorStreamCaptureUnjoined
+    otherwise).
+
+    NOTE: tested on the simulated GPU only. A real GPU run must confirm that
+    NCCL's allReduce on a stream that joined a capture is captured (NCCL 2.9+
+    captures collectives; CuPy's nccl passes the stream pointer as is), that
+    the replay runs it beside the backward kernels (nsys), and that both
+    ranks' replays match collective for collective (same plan, same order)."""
+    communicator = _world_communicator(ctx, nccl)
+    stream = ctx.resource(("nccl world stream", ctx.attrs["world_size"]),
+                          lambda: xp.cuda.Stream(non_blocking=True))
+
+    def start(x):
+        x = xp.ascontiguousarray(x)     # NOTE: NCCL reads x.size elements from x.data.ptr
+        out = xp.empty_like(x)
+        compute = xp.cuda.get_current_stream()
+        stream.wait_event(compute.record(xp.cuda.Event(disable_timing=True)))   # the fork
+        # NOTE: one stream, in the plan's order (the same on every rank): NCCL
+        # needs a communicator's collectives issued in one order everywhere.
+        communicator.allReduce(x.data.ptr, out.data.ptr, x.size, NCCL_DTYPES[x.dtype.name],
+                               NCCL_SUM, stream.ptr)
+        done = stream.record(xp.cuda.Event(disable_timing=True))
+        return np.array(_Launch(x, out, done), dtype=object)    # a variant scalar
+    return start
 
 
 def _all_reduce_into(communicator, x, dtype, xp):

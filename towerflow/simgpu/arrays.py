@@ -134,7 +134,7 @@ class ndarray:
         if graph is not None:
             if not pinned:
                 raise clocks.capture_error("a copy from pageable host memory")
-            graph._add(replayable(work, graph))
+            graph._add(replayable(work, graph), stream)
         else:
             work.execute(stream)
 

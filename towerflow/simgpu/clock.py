@@ -20,6 +20,14 @@ events of a stream counts the work queued between them, deterministically.
 A stream that is capturing records its work into a :class:`Graph` instead
 of running it, and refuses what CUDA refuses during capture: synchronising,
 reading device memory on the host, allocating outside a graph-private pool.
+Captures cross streams as CUDA's do (the CUDA programming guide, "Cross-stream
+Dependencies and Events"): a stream that waits on an event recorded in a
+capture joins that capture (a *fork*), its later work becomes nodes of the
+same graph, and it must be joined back (the capture's origin stream waits on
+an event recorded on it after its last work) before ``end_capture`` on the
+origin, which takes every stream of the capture out of capture mode. A graph
+replays each joined stream's nodes on a stream of its own (a branch), in the
+captured order of forks and joins.
 """
 
 import collections
@@ -53,6 +61,9 @@ ERROR_INVALID_RESOURCE_HANDLE = 400
 ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
 ERROR_STREAM_CAPTURE_INVALIDATED = 901
 ERROR_INVALID_VALUE = 1
+ERROR_STREAM_CAPTURE_MERGE = 902
+ERROR_STREAM_CAPTURE_UNMATCHED = 903
+ERROR_STREAM_CAPTURE_UNJOINED = 904
 ERROR_STREAM_CAPTURE_ISOLATION = 905
 ERROR_NOT_READY = 600
 
@@ -227,17 +238,36 @@ class Stream:
         graph = self.world.capture_of(self)
         if event.clock is None:
             return                              # a never-recorded event: no-op
-        if event.captured_in is not None and event.captured_in is not graph:
-            raise NotImplementedError(
-                "the simulated GPU does not let a stream join another stream's capture "
-                "through an event (cudaStreamWaitEvent on a captured event)")
-        if graph is not None and event.captured_in is None:
+        if event.captured_in is not None:
+            self._wait_captured(event, graph)
+            return
+        if graph is not None:
             graph.invalidated = "a wait on an event recorded outside the capture"
             raise CUDARuntimeError(
                 ERROR_STREAM_CAPTURE_ISOLATION,
                 "cudaErrorStreamCaptureIsolation: a capturing stream waited on an event "
                 "recorded outside the capture (wait before begin_capture)")
         self.clock.merge(event.clock)
+
+    def _wait_captured(self, event, graph):
+        """A wait on an event recorded in a capture: a dependency inside that
+        graph; a stream not capturing joins the capture (a fork). NOTE: no
+        clock merges: captured work has not run, and a stream leaving capture
+        keeps no order on it (CUDA severs it at the mode change)."""
+        captured = event.captured_in
+        if captured.ended:
+            raise NotImplementedError(
+                "the simulated GPU does not model a wait on an event last recorded in a "
+                "capture that has ended (record it again outside the capture)")
+        if graph is not None and graph is not captured:
+            graph.invalidated = captured.invalidated = "a merge of two captures"
+            raise CUDARuntimeError(
+                ERROR_STREAM_CAPTURE_MERGE,
+                "cudaErrorStreamCaptureMerge: a capturing stream waited on an event "
+                "recorded in another capture (two captures cannot be merged)")
+        if graph is None:
+            captured._join(self)
+        captured._wait(self, event.capture_mark)
 
     def synchronize(self):
         self.world.refuse_during_capture("cudaStreamSynchronize on the capturing stream",
@@ -247,7 +277,7 @@ class Stream:
     def launch_host_func(self, callback, arg):
         graph = self.world.capture_of(self)
         if graph is not None:                   # a host node: runs at each replay
-            graph._add(lambda stream: (stream._issue(), callback(arg)))
+            graph._add(lambda stream: (stream._issue(), callback(arg)), self)
             return
         self._issue()
         self.world.counts["host callbacks"] += 1
@@ -270,17 +300,32 @@ class Stream:
         if self.world.capture_of(self) is not None:
             raise CUDARuntimeError(ERROR_INVALID_VALUE, "cudaErrorIllegalState: the stream "
                                                          "is already capturing")
+        from .graphs import Graph
         self.world.capturing[self.key] = Graph(self)
 
     def end_capture(self):
-        graph = self.world.capturing.pop(self.key, None)
+        graph = self.world.capture_of(self)
         if graph is None:
             raise CUDARuntimeError(ERROR_INVALID_VALUE, "cudaErrorIllegalState: the stream "
                                                          "is not capturing")
+        if graph.origin is not self:
+            raise CUDARuntimeError(ERROR_STREAM_CAPTURE_UNMATCHED,
+                                   "cudaErrorStreamCaptureUnmatched: the capture was not "
+                                   f"begun on {self.key} (it joined the capture of "
+                                   f"{graph.origin.key}: end it there)")
+        graph._end()        # every stream of the capture leaves capture mode
         if graph.invalidated:
             raise CUDARuntimeError(ERROR_STREAM_CAPTURE_INVALIDATED,
                                    "cudaErrorStreamCaptureInvalidated: the capture was "
                                    f"invalidated by {graph.invalidated}")
+        unjoined = graph._unjoined()
+        if unjoined:
+            raise CUDARuntimeError(ERROR_STREAM_CAPTURE_UNJOINED,
+                                   "cudaErrorStreamCaptureUnjoined: the capture forked to "
+                                   f"{', '.join(unjoined)}, whose work the origin stream "
+                                   f"{self.key} never waited on (record an event on the "
+                                   "forked stream after its work and wait on it on the "
+                                   "origin before end_capture)")
         graph._close()
         return graph
 
@@ -303,6 +348,7 @@ class Event:
             self.world.counts["timed events"] += 1
         self.clock = None
         self.captured_in = None
+        self.capture_mark = None        # its record's index in that capture's graph
         self.position = None            # (stream key, seq) of the work it follows
 
     def record(self, stream=None):
@@ -314,6 +360,8 @@ class Event:
                 f"on a stream of GPU {stream.device_id} (the event is made on the current "
                 "device: record it while the stream's device is current)")
         self.captured_in = self.world.capture_of(stream)
+        if self.captured_in is not None:
+            self.capture_mark = self.captured_in._record(stream)
         self.clock = stream._done_clock()
         self.position = (stream.key, stream.seq)
 
@@ -361,45 +409,3 @@ def _check_timing_event(event, device_id):
         raise CUDARuntimeError(ERROR_NOT_READY, "cudaErrorNotReady: the event's work may "
                                "not have completed (synchronize the event or its stream "
                                "before reading elapsed times)")
-
-
-class Graph:
-    """cupy.cuda.graph.Graph: the work a capture recorded, replayed by
-    :meth:`launch` on a stream of the capturing device."""
-
-    def __init__(self, stream):
-        self.device_id = stream.device_id
-        self.nodes = []
-        self.invalidated = None
-
-    def _add(self, node):
-        self.nodes.append(node)
-
-    def _close(self):
-        from . import work
-        work.seal(self)
-
-    def launch(self, stream=None):
-        from . import state
-        world = state.world()
-        stream = world.current_stream() if stream is None else stream
-        if stream.device_id != self.device_id:
-            raise CUDARuntimeError(ERROR_INVALID_RESOURCE_HANDLE,
-                                   "cudaErrorInvalidResourceHandle: a graph of GPU "
-                                   f"{self.device_id} launched on GPU {stream.device_id}")
-        if world.current_device != self.device_id:
-            # NOTE: cudaGraphLaunch acts in the current device's context, where
-            # another GPU's graph and stream are foreign handles.
-            raise CUDARuntimeError(ERROR_INVALID_RESOURCE_HANDLE,
-                                   "cudaErrorInvalidResourceHandle: a graph of GPU "
-                                   f"{self.device_id} launched while GPU "
-                                   f"{world.current_device} is current (launch it inside "
-                                   "its device's context)")
-        world.refuse_during_capture("cudaGraphLaunch inside a capture", stream=stream)
-        from . import work
-        work.check_seal(self, stream)
-        for node in self.nodes:
-            node(stream)
-
-    def upload(self, stream=None):
-        del stream

@@ -9,7 +9,7 @@ import types
 
 import numpy as np
 
-from . import arrays, clock, devices, kernels, memory, nccl, pinned, state, work
+from . import arrays, clock, devices, graphs, kernels, memory, nccl, pinned, state, work
 
 
 def _names(text):
@@ -239,7 +239,7 @@ def build():
                                 if not name.startswith("_") and name != "CUDARuntimeError"})
     memory_module = _module("cupy.cuda.memory", OutOfMemoryError=memory.OutOfMemoryError,
                             MemoryPool=memory.MemoryPool, MemoryPointer=memory.MemoryPointer)
-    graph_module = _module("cupy.cuda.graph", Graph=clock.Graph)
+    graph_module = _module("cupy.cuda.graph", Graph=graphs.Graph)
     nccl_module = _module("cupy.cuda.nccl", **{name: getattr(nccl, name) for name in dir(nccl)
                                               if name == "available" or name.startswith(
                                                   ("NCCL_", "Nccl", "group", "get_"))})

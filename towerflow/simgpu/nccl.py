@@ -204,7 +204,7 @@ def _reduce(contributions, op, first):
 
 
 def _capture(calls, graphs):
-    """A collective issued on a capturing stream becomes a node of its graph,
+    """A collective issued on a capturing stream becomes nodes of its graph,
     as NCCL 2.9+ allows, when the process holds one rank of the clique (one
     GPU per process, or a clique of one): each replay runs the collective, and
     every rank must replay it as often. Several local ranks would need their
@@ -216,11 +216,19 @@ def _capture(calls, graphs):
             f"{sum(graph is not None for graph in graphs)} of them capturing)")
     call, graph = calls[0], graphs[0]
     (send, send_view), (recv, recv_view) = _buffer(call[1], call), _buffer(call[2], call)
+    stream, sent = _stream_of(call), {}
 
-    def run():
-        recv_view[...] = _reduce([send_view.copy()], call[5], call[0])
-    graph._add(work.replayable(work.Work("ncclAllReduce", run, reads=(send,),
-                                             writes=(recv,)), graph))
+    def send_part():
+        sent["value"] = send_view.copy()
+
+    def receive_part():
+        recv_view[...] = _reduce([sent.pop("value")], call[5], call[0])
+    # NOTE: two nodes, as the uncaptured collective's send and receive, so a
+    # replay's log shows where the collective ran (on its stream's lane).
+    graph._add(work.replayable(work.Work("ncclAllReduce (send)", send_part, reads=(send,)),
+                               graph), stream)
+    graph._add(work.replayable(work.Work("ncclAllReduce (receive)", receive_part,
+                                         writes=(recv,)), graph), stream)
 
 
 def _check_same_call(calls):

@@ -50,7 +50,7 @@ def submit(work):
     if graph is None:
         work.execute(stream)
         return True
-    graph._add(replayable(work, graph))
+    graph._add(replayable(work, graph), stream)
     return False
 
 
