@@ -130,3 +130,24 @@ def test_a_blocking_all_reduce_keeps_its_arrow_from_the_last_rank_to_join():
         return timeline.TracedRun(stats, rank=number)
     pairs = arrows(trace_of([rank(0, 10, 50), rank(1, 40, 51)]))
     assert pairs == [((1, 40, f"{MPI}sum_0"), (0, 50, f"{MPI}sum_0"))]
+
+
+def nccl_rank(rank, starts):
+    """One process's GPU in an NCCL world (parallel/nccl.py's world members,
+    ``<bucket>_rank_<rank>_start``), its buckets started at ``starts``."""
+    nodes = []
+    for bucket, start in enumerate(starts):
+        member = f"{NCCL}sum_{bucket}_rank_{rank}"
+        nodes.append(node(f"{member}_start", "NcclAllReduceStart", [], start, 1))
+        nodes.append(node(member, "NcclAllReduceWait", [f"{member}_start"], 200 + 5 * bucket, 1))
+    device = f"rank {rank} /job:worker/replica:0/task:{rank}/device:GPU:0"
+    stats = StepStats(dev_stats=[DeviceStepStats(device=device, node_stats=nodes)])
+    return timeline.TracedRun(stats, step=1, rank=rank)
+
+
+def test_an_nccl_worlds_buckets_are_joined_across_processes_bucket_by_bucket():
+    events = trace_of([nccl_rank(0, [10, 40]), nccl_rank(1, [12, 30])])
+    across = [(source, target) for source, target in arrows(events) if source[0] != target[0]]
+    assert sorted(across) == [
+        ((0, 10, f"{NCCL}sum_0_rank_0_start"), (1, 12, f"{NCCL}sum_0_rank_1_start")),
+        ((1, 30, f"{NCCL}sum_1_rank_1_start"), (0, 40, f"{NCCL}sum_1_rank_0_start"))]

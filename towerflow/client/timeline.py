@@ -47,11 +47,11 @@ StepStatsAnalysis = collections.namedtuple("StepStatsAnalysis",
 _LABEL = re.compile(r"(.*) = (.*)\((.*)\)")
 # Ops that every rank of a step runs together, exchanging data between processes.
 COLLECTIVE_OPS = frozenset({"MpiAllReduce", "MpiBroadcast", "MpiAllGather", "NcclAllReduce"})
-# The halves of an all-reduce that overlaps the backward pass (parallel/mpi.py,
+# The halves of an all-reduce that overlaps the backward pass (parallel/mpi_ops.py,
 # parallel/nccl.py): a start op hands a handle to its wait op, the sum runs
-# between them. By start op: the suffix its node name adds to its bucket's
-# (an NCCL bucket has a start per tower, ``<bucket>_<tower>_start``; an MPI
-# bucket one per rank, all of the same name).
+# between them. By start op: the suffix its node name adds to its bucket's (an
+# NCCL bucket has a start per tower, ``<bucket>_<tower>_start``, or per process,
+# ``<bucket>_rank_<rank>_start``; an MPI bucket one per rank, all of one name).
 STARTED_COLLECTIVE_OPS = {"MpiAllReduceStart": re.compile(r"_start$"),
                           "NcclAllReduceStart": re.compile(r"_\d+_start$")}
 COLLECTIVE_WAIT_OPS = frozenset({"MpiAllReduceWait", "NcclAllReduceWait"})

@@ -23,7 +23,7 @@ import socket
 from ..device import DeviceSpec, runtime
 from ..log import logger
 from ..ops import array_ops, math_ops
-from . import mpi, nccl
+from . import mpi, mpi_ops, nccl
 
 ALL_REDUCE_CHOICES = ("auto", "cpu", "local", "nccl", "mpi")
 OVERLAP_VARIABLE = "TOWERFLOW_OVERLAP_ALLREDUCE"
@@ -114,7 +114,7 @@ class MpiCommunicator(Communicator):
                 with graph.device("/cpu:0"):
                     local = math_ops.add_n([values[index] for values in tower_values],
                                            name=f"local_sum_{index}")
-                    reduce = mpi.all_reduce_started if self.overlap else mpi.all_reduce_op
+                    reduce = mpi_ops.all_reduce_started if self.overlap else mpi_ops.all_reduce_op
                     total = reduce(local, self.timeout, signature if index == 0 else None,
                                    name=f"sum_{index}")
                 for rank, reduced in enumerate(self._hand_back(total, devices, graph, index)):

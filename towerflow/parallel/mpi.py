@@ -434,9 +434,3 @@ def world_named(name):
     """The world a collective op with ``world`` attr ``name`` runs in."""
     return _WORLD_PROVIDERS[name or "mpi"]()
 
-
-# The graph ops live in mpi_ops.py. Importing it here registers them wherever mpi is
-# imported, and keeps ``mpi.all_reduce_op`` / ``mpi.all_reduce_started`` /
-# ``mpi.broadcast_op`` for communicators.py and replication.py, which other branches
-# are changing now (switch them to mpi_ops and drop this line once those merge).
-from .mpi_ops import all_reduce_op, all_reduce_started, broadcast_op  # noqa: F401

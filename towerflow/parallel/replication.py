@@ -54,7 +54,15 @@ from ..graph import core
 from ..graph.core import GraphKeys
 from ..log import logger
 from ..ops import array_ops, math_ops, sync_norm_ops, variable_scope
-from . import accumulation, buckets, communicators, mpi, sharding, sync_batch_norm
+from . import (
+    accumulation,
+    buckets,
+    communicators,
+    mpi,
+    mpi_ops,
+    sharding,
+    sync_batch_norm,
+)
 
 
 class TrainStep(collections.namedtuple(
@@ -192,7 +200,7 @@ class DataParallel:
                 with graph.device("/cpu:0"):
                     total = math_ops.add_n([var.read_value() for var in replicas])
                     if self.num_ranks > 1:
-                        total = mpi.all_reduce_op(total, self.timeout)
+                        total = mpi_ops.all_reduce_op(total, self.timeout)
                     mean = total * (1.0 / self.num_shards)
                 assigns += [var.assign(mean).op for var in replicas]
         return array_ops.group(*assigns, name="train_step")
@@ -268,7 +276,7 @@ class DataParallel:
         signature = [(tuple(var.shape.dims), var.dtype.name) for var in variables]
         for index, var in enumerate(variables):
             with graph.device("/cpu:0"):
-                value = mpi.broadcast_op(var.initial_value, self.timeout,
+                value = mpi_ops.broadcast_op(var.initial_value, self.timeout,
                                          signature if index == 0 else None,
                                          name=f"broadcast_{var.op.name.replace('/', '_')}")
             var._initializer = var.assign(value, name="broadcast").op
@@ -286,7 +294,7 @@ class DataParallel:
                  for t in towers], name=name)
                 for name in names}
             if self.num_ranks > 1:
-                values = {name: mpi.all_reduce_op(value, self.timeout, name=f"{name}_sum")
+                values = {name: mpi_ops.all_reduce_op(value, self.timeout, name=f"{name}_sum")
                           for name, value in values.items()}
         loss = values.pop("loss")
         return loss, values
