@@ -7,14 +7,14 @@ against the run-time shape, and the placement log.
 """
 
 import re
-from typing import NamedTuple
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pytest
+from conftest import placed_name
 
 import towerflow as tf
-from conftest import placed_name
 from towerflow.backends.numpy_backend import KERNELS
 from towerflow.graph import registry
 

@@ -11,7 +11,7 @@ runs an op type's shape rule for ``Graph.create_op``, naming the op in its error
 """
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 _OP_DEFS = {}
 _KERNELS_BY_DEVICE_TYPE = {}
@@ -52,7 +52,7 @@ class OpDef:
     aliases_state: bool = False
     forwards_input: bool = False
     variadic_outputs: bool = False
-    gradient: Optional[Callable] = None
+    gradient: Callable | None = None
     shape_only_inputs: tuple = ()
     exact_gradients: bool = False
     type_list: tuple | None = None
