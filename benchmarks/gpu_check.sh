@@ -20,8 +20,8 @@
 #            with and without CUDA graphs, P6), cifar10_one_gpu,
 #            cifar10_two_logical_gpus (GPU 0 split in two), gpu_peers_implicit_gemm
 #            (the network's throughput with TOWERFLOW_GPU_CONV=implicit);
-#   gpu_backend_tests (tests/test_gpu_*.py and the capture, seed-program and
-#            CuPy-conformance files) and gpu_op_tests (pytest -m gpu, the rest,
+#   gpu_backend_tests (tests/test_gpu_*.py and the capture, seed-program,
+#            CuPy-conformance and cross-stream capture files) and gpu_op_tests (pytest -m gpu, the rest,
 #            in 4 shards: benchmarks/gpu_check_shard.py), all 5 at once after the
 #            benchmarks, interrupted with SIGINT at their limit (pytest still counts).
 # --tiny shrinks every step (CI runs it on the simulated GPU: tests/test_device_check.py).
@@ -67,7 +67,7 @@ data=${TOWERFLOW_DATA:-}
 data=$(cd "$data" 2>/dev/null && pwd || echo "$data")
 mnist=$([ -d "$data/mnist-small" ] && echo "$data/mnist-small")     # for P6, in gpu_peers
 backend_tests=(tests/test_gpu_*.py tests/test_seed_training.py tests/test_plan_capture.py
-               tests/test_cupy_conformance.py)
+               tests/test_cupy_conformance.py tests/test_simgpu_fork_join.py)
 pytest=(env -u TOWERFLOW_SIMULATED_GPUS PYTHONPATH="$PWD/benchmarks:$PYTHONPATH"
         "$py" -m pytest -q -p no:cacheprovider --tb=short -rfE)
 shards=4            # processes for the op tests, at once on the GPU: compiling bounds them
@@ -75,7 +75,9 @@ if [ "$size" = tiny ]; then
     shards=2
     peers=(--batch 1 --host-batch 1 --rounds 1 --steps 1 --skip-p6)
     train=(--test-images 64 cifar10 --steps 2 --batch-size 16)
-    backend_tests=(tests/test_gpu_backend.py -k "p1_ops or single_rank_nccl")
+    # (-k matches module names too: fork_join is all of test_simgpu_fork_join.py)
+    backend_tests=(tests/test_gpu_backend.py tests/test_simgpu_fork_join.py
+                   -k "p1_ops or single_rank_nccl or fork_join")
     op_tests=(-m gpu tests/test_ops.py -k "matmul and gpu0")
 else
     peers=(--rounds 3)

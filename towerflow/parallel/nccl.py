@@ -342,11 +342,14 @@ def _world_start_kernel(ctx, nccl, xp):
     what CUDA requires before the capture ends (cudaErrorStreamCaptureUnjoined
     otherwise).
 
-    NOTE: tested on the simulated GPU only. A real GPU run must confirm that
-    NCCL's allReduce on a stream that joined a capture is captured (NCCL 2.9+
-    captures collectives; CuPy's nccl passes the stream pointer as is), that
-    the replay runs it beside the backward kernels (nsys), and that both
-    ranks' replays match collective for collective (same plan, same order)."""
+    NOTE: tested on the simulated GPU only; tests/test_simgpu_fork_join.py
+    drives this start and the wait inside a capture in a world of one GPU,
+    on the real GPU in the device check (not yet run there). A real GPU run
+    must confirm that NCCL's allReduce on a stream that joined a capture is
+    captured (NCCL 2.9+ captures collectives; CuPy's nccl passes the stream
+    pointer as is), that the replay runs it beside the backward kernels
+    (nsys), and that both ranks' replays match collective for collective
+    (same plan, same order)."""
     communicator = _world_communicator(ctx, nccl)
     stream = ctx.resource(("nccl world stream", ctx.attrs["world_size"]),
                           lambda: xp.cuda.Stream(non_blocking=True))

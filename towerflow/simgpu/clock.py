@@ -40,12 +40,29 @@ HOST = "host"
 WORK_MICROS = 10.0
 
 
-class CUDARuntimeError(RuntimeError):
-    """cupy.cuda.runtime.CUDARuntimeError: ``status`` and CUDA's error name."""
+def _cupys_error_class():
+    """CuPy's CUDARuntimeError where CuPy is installed (its class needs no
+    GPU), so that code catching CuPy's class catches the simulator's errors as
+    a real GPU's; RuntimeError (its base in CuPy) where it is not."""
+    try:
+        from cupy_backends.cuda.api.runtime import CUDARuntimeError as cupys
+    except (ImportError, OSError):      # no CuPy, or no CUDA runtime library for it
+        return RuntimeError
+    return cupys
 
-    def __init__(self, status, message):
+
+class CUDARuntimeError(_cupys_error_class()):
+    """cupy.cuda.runtime.CUDARuntimeError: ``status``, and a message that
+    starts with CUDA's error name (as CuPy's) and says what the simulator saw.
+    NOTE: CuPy's __init__ asks the CUDA runtime for the message; the
+    simulator writes its own, so it calls RuntimeError's."""
+
+    def __init__(self, status, message=None):
         self.status = status
-        super().__init__(message)
+        RuntimeError.__init__(self, f"CUDA error {status}" if message is None else message)
+
+    def __reduce__(self):
+        return type(self), (self.status, str(self))
 
 
 class RaceError(RuntimeError):
