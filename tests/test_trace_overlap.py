@@ -1,8 +1,9 @@
 """The trace of an all-reduce that overlaps the backward pass (start and wait
-ops, parallel/mpi.py and parallel/nccl.py): each bucket's start ops joined
+ops, parallel/mpi_ops.py and parallel/nccl.py): each bucket's start ops joined
 across towers or ranks to the one that started last, and each start joined to
-its own wait; blocking collectives keep their arrows. Step stats made here, so
-every time is known; tests/test_allreduce_overlap.py and
+its own wait; blocking collectives keep their arrows, and a blocking NCCL
+all-reduce's members are joined though their names differ. Step stats made
+here, so every time is known; tests/test_allreduce_overlap.py and
 tests/test_nccl_overlap.py check real traces."""
 
 import json
@@ -151,3 +152,30 @@ def test_an_nccl_worlds_buckets_are_joined_across_processes_bucket_by_bucket():
     assert sorted(across) == [
         ((0, 10, f"{NCCL}sum_0_rank_0_start"), (1, 12, f"{NCCL}sum_0_rank_1_start")),
         ((1, 30, f"{NCCL}sum_1_rank_1_start"), (0, 40, f"{NCCL}sum_1_rank_0_start"))]
+
+
+def blocking_nccl_device(device, names_and_spans):
+    nodes = [node(name, "NcclAllReduce", [], start, end - start)
+             for name, (start, end) in names_and_spans.items()]
+    return DeviceStepStats(device=device, node_stats=nodes)
+
+
+def test_blocking_nccl_members_on_one_process_gpus_are_joined_to_the_last_to_run():
+    # tower 1 runs bucket 1's member last, tower 0 bucket 10's: sum_1_* is not sum_10_*
+    gpus = [blocking_nccl_device(f"/job:localhost/replica:0/task:0/device:GPU:{tower}",
+                                 {f"{NCCL}sum_1_{tower}": (10 + 5 * tower, 12 + 5 * tower),
+                                  f"{NCCL}sum_10_{tower}": (40 - 5 * tower, 42 - 5 * tower)})
+            for tower in (0, 1)]
+    pairs = arrows(trace_of([timeline.TracedRun(StepStats(dev_stats=gpus))]))
+    assert sorted(pairs) == [((0, 10, f"{NCCL}sum_1_0"), (1, 15, f"{NCCL}sum_1_1")),
+                             ((1, 35, f"{NCCL}sum_10_1"), (0, 40, f"{NCCL}sum_10_0"))]
+
+
+def test_blocking_nccl_members_across_processes_are_joined_as_other_collectives():
+    def rank(number, start, end):
+        device = f"rank {number} /job:worker/replica:0/task:{number}/device:GPU:0"
+        stats = StepStats(dev_stats=[blocking_nccl_device(
+            device, {f"{NCCL}sum_0_rank_{number}": (start, end)})])
+        return timeline.TracedRun(stats, rank=number)
+    pairs = arrows(trace_of([rank(0, 10, 50), rank(1, 40, 51)]))
+    assert pairs == [((1, 40, f"{NCCL}sum_0_rank_1"), (0, 50, f"{NCCL}sum_0_rank_0"))]

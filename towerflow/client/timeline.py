@@ -24,7 +24,9 @@ previous one on its lane ends stays on that lane.
 trace: a flow joins a tensor's producer to its consumers of the same run
 only; across ranks, the spans of one collective (an MPI or NCCL all-reduce
 of the same name and step) are joined from the rank that joined it last
-(it released the others) to the end of every other rank's span.
+(it released the others) to the end of every other rank's span; the members
+of one NCCL all-reduce on the GPUs of one process, from each to the one that
+ran last (it issued every GPU's call).
 
 An all-reduce that overlaps the backward pass runs as a start op and a wait
 op per tower or rank (``MpiAllReduceStart``/``Wait``,
@@ -47,6 +49,10 @@ StepStatsAnalysis = collections.namedtuple("StepStatsAnalysis",
 _LABEL = re.compile(r"(.*) = (.*)\((.*)\)")
 # Ops that every rank of a step runs together, exchanging data between processes.
 COLLECTIVE_OPS = frozenset({"MpiAllReduce", "MpiBroadcast", "MpiAllGather", "NcclAllReduce"})
+# The suffix a collective member's node name adds to its collective's, where
+# the members' names differ: an NCCL bucket's members on the GPUs of one
+# process (``<bucket>_<tower>``) or of several (``<bucket>_rank_<rank>``).
+MEMBER_SUFFIXES = {"NcclAllReduce": re.compile(r"_\d+$")}
 # The halves of an all-reduce that overlaps the backward pass (parallel/mpi_ops.py,
 # parallel/nccl.py): a start op hands a handle to its wait op, the sum runs
 # between them. By start op: the suffix its node name adds to its bucket's (an
@@ -253,7 +259,9 @@ class Timeline:
     def _note_collective(self, run, node_name, op, span):
         step = self._runs[run].step
         if op in COLLECTIVE_OPS:
-            self._collectives[step, node_name].append(span)
+            suffix = MEMBER_SUFFIXES.get(op)
+            collective = suffix.sub("", node_name) if suffix else node_name
+            self._collectives[step, collective].append(span)
         elif op in STARTED_COLLECTIVE_OPS:
             bucket = STARTED_COLLECTIVE_OPS[op].sub("", node_name)
             self._started[step, op, bucket].append(span)
@@ -273,9 +281,11 @@ class Timeline:
 
     def _show_collectives(self):
         """Across ranks, each collective's span of the rank that joined it last
-        to the end of each other rank's span: its joining released them."""
+        to the end of each other rank's span: its joining released them. The
+        members on several GPUs of one process (NCCL), joined as started ones."""
         for (_, name), spans in self._collectives.items():
             if len({span.rank for span in spans}) < 2:
+                self._join_to_last_start(name, spans)
                 continue
             last = max(spans, key=lambda span: span.start)
             for span in spans:
@@ -291,11 +301,16 @@ class Timeline:
         ranks), joined to the one that started last: the bucket is issued
         when its last member starts, so every arrow points forward."""
         for (_, _, name), spans in self._started.items():
-            last = max(spans, key=lambda span: span.start)
-            for span in spans:
-                if span.pid != last.pid:
-                    self._flow(name, (span.pid, span.tid, span.start),
-                               (last.pid, last.tid, last.start))
+            self._join_to_last_start(name, spans)
+
+    def _join_to_last_start(self, name, spans):
+        """An arrow from the start of each member on another device to that of
+        the member that started last (it issued the collective)."""
+        last = max(spans, key=lambda span: span.start)
+        for span in spans:
+            if span.pid != last.pid:
+                self._flow(name, (span.pid, span.tid, span.start),
+                           (last.pid, last.tid, last.start))
 
     def _flow(self, name, source, target):
         """A flow (arrow) from ``source`` to ``target``, each (pid, tid, µs)."""
