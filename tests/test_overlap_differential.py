@@ -21,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_differential import FLOAT64_RTOL, NETWORKS, assert_same_training, batches
+from test_differential import (
+    FLOAT64_RTOL,
+    NETWORKS,
+    _counted,
+    assert_same_training,
+    batches,
+    one_device_step,
+)
 
 import towerflow as tf
 from towerflow import fast_paths, simgpu
@@ -59,11 +66,7 @@ def train(batch, devices=None, all_reduce=None, steps=STEPS):
         train_op = strategy.minimize(model, (images, labels), optimizer).train_op
         variables = strategy_variables()
     else:
-        with tf.device("/cpu:0"):
-            loss = model((images, labels))
-            with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
-                train_op = optimizer.minimize(loss)
-        variables = tf.global_variables()
+        train_op, variables = one_device_step(model, (images, labels), optimizer, "/cpu:0")
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         set_kernels(sess)
@@ -99,13 +102,6 @@ def counting_probes(setattr_):
         owner, attribute = fast_paths.probe_target(probe)
         setattr_(owner, attribute, _counted(getattr(owner, attribute), probe, calls))
     return calls
-
-
-def _counted(function, probe, calls):
-    def counted(*args, **kwargs):
-        calls[probe] += 1
-        return function(*args, **kwargs)
-    return counted
 
 
 def switched_runs(calls, run):
