@@ -8,6 +8,12 @@ and 2 CPU towers each), between 2 and 3 simulated GPUs of one process
 (NCCL), and between 2 ranks of one simulated GPU each (NCCL's world); batch
 sizes with ragged shards and an empty one. The registry's probes show the
 start kernels ran when on and not when off (counted inside the MPI ranks).
+
+Planted faults these tests caught (each reverted): NCCL's start without its
+fork event, in one process and across processes (the simulated GPU's race
+check: the communication stream read the bucket before the compute stream
+wrote it); the MPI start summing a buffer bound at its first call (the first
+step's gradients every step); the switch ignored (the probes ran with it off).
 """
 
 import collections
