@@ -203,11 +203,7 @@ def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:
         step = strategy.minimize(model, (images, labels), optimizer)
         train_op, variables = step.train_op, step.replicas[0]
     else:
-        with tf.device(device):
-            loss = model((images, labels))
-            with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
-                train_op = optimizer.minimize(loss)
-        variables = tf.global_variables()
+        train_op, variables = one_device_step(model, (images, labels), optimizer, device)
     with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         initial = sess.run(variables)
@@ -216,6 +212,16 @@ def train(network, batch, dtype=np.float64, steps=STEPS, towers=0, device="/cpu:
         trained = sess.run(variables)
     names = [var.op.name.split("/", 1)[-1] if towers else var.op.name for var in variables]
     return {name: (start, end) for name, start, end in zip(names, initial, trained)}
+
+
+def one_device_step(model, inputs, optimizer, device):
+    """(train op, variables) of ``model`` on ``device`` alone, its batch-norm
+    updates run with the step."""
+    with tf.device(device):
+        loss = model(inputs)
+        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+            train_op = optimizer.minimize(loss)
+    return train_op, tf.global_variables()
 
 
 def assert_same_training(result, expected, rtol, norm=False):

@@ -104,6 +104,18 @@ FAST_PATHS = (
     FastPath("data_ring", "TOWERFLOW_DATA_RING", "1", "0",
              "input pipelines make each batch in place into a ring of reused buffers",
              "towerflow.data.batch_ring:BatchRing.make", devices=()),
+    # NOTE: not a kernel either: it runs between towers, so no single device
+    # reaches it; tests/test_overlap_differential.py trains the cifar10 network
+    # on 2 MPI ranks (probe: the MPI start, counted inside the rank program),
+    # on 2 and 3 GPUs of one process (the first more_probe) and on one GPU per
+    # rank (the second) with it on and off. Each probe is reached by its
+    # communicator alone, so a run checks the probe of the communicator it used.
+    FastPath("overlap", "TOWERFLOW_OVERLAP_ALLREDUCE", "1", "0",
+             "each gradient bucket's all-reduce (MPI, NCCL) started as soon as its "
+             "gradients exist, beside the rest of the backward pass, and waited for "
+             "before the update", "towerflow.parallel.mpi:MpiWorld.all_reduce_start",
+             devices=(), more_probes=("towerflow.parallel.nccl:_StartedBucket.issue_and_record",
+                                      "towerflow.parallel.nccl:_world_start_kernel")),
 )
 
 
