@@ -19,6 +19,7 @@ import towerflow as tf
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "benchmarks")
 sys.path.insert(0, BENCHMARKS)
 
+import scaling_cost as cost
 import scaling_model as sm
 
 MB = 1e6
@@ -28,28 +29,28 @@ US = 1e-6
 
 def test_ring_allreduce_is_2_p_minus_1_latencies_and_2_p_minus_1_over_p_of_the_data():
     # 100 MB over 4 ranks at 10 GB/s, 10 us a step: 6 steps, 1.5 x 100 MB / 10 GB/s
-    assert sm.ring_allreduce_time(100 * MB, 4, 10 * US, 10 * GB) == pytest.approx(
+    assert cost.ring_allreduce_time(100 * MB, 4, 10 * US, 10 * GB) == pytest.approx(
         6 * 10e-6 + 0.015, rel=1e-12)
     # 2 ranks: each sends half the data twice, n/B in all
-    assert sm.ring_allreduce_time(8 * MB, 2, 5 * US, 4 * GB) == pytest.approx(
+    assert cost.ring_allreduce_time(8 * MB, 2, 5 * US, 4 * GB) == pytest.approx(
         2 * 5e-6 + 8e6 / 4e9, rel=1e-12)
 
 
 def test_tree_allreduce_is_2_log2_p_latencies_and_twice_the_data():
-    assert sm.tree_allreduce_time(100 * MB, 8, 10 * US, 10 * GB) == pytest.approx(
+    assert cost.tree_allreduce_time(100 * MB, 8, 10 * US, 10 * GB) == pytest.approx(
         6 * 10e-6 + 0.02, rel=1e-12)
     # a tree over 5 ranks is 3 deep: ceil(log2 5)
-    assert sm.tree_allreduce_time(1 * MB, 5, 10 * US, 10 * GB) == pytest.approx(
+    assert cost.tree_allreduce_time(1 * MB, 5, 10 * US, 10 * GB) == pytest.approx(
         6 * 10e-6 + 2e6 / 10e9, rel=1e-12)
 
 
 def test_ring_wins_on_large_data_over_few_ranks_and_tree_on_small_data_over_many():
     alpha, bus = 14 * US, 384 * GB
     # ring: 3/2 of the data on the wire against the tree's 2
-    assert sm.ring_allreduce_time(100 * MB, 4, alpha, bus) < sm.tree_allreduce_time(
+    assert cost.ring_allreduce_time(100 * MB, 4, alpha, bus) < cost.tree_allreduce_time(
         100 * MB, 4, alpha, bus)
     # tree: 18 latencies against the ring's 1,022
-    assert sm.tree_allreduce_time(1 * MB, 512, alpha, bus) < sm.ring_allreduce_time(
+    assert cost.tree_allreduce_time(1 * MB, 512, alpha, bus) < cost.ring_allreduce_time(
         1 * MB, 512, alpha, bus)
 
 
@@ -58,7 +59,7 @@ def small_cluster(**changes):
               "intra_bus_bw": 100 * GB, "inter_node_bw": 10 * GB, "sources": (),
               "base_latency": 5 * US, "intra_step_latency": 2 * US,
               "inter_step_latency": 20 * US}
-    return sm.Cluster(**{**values, **changes})
+    return cost.Cluster(**{**values, **changes})
 
 
 def test_hierarchical_allreduce_by_hand():
@@ -68,31 +69,31 @@ def test_hierarchical_allreduce_by_hand():
     intra = 2 * (3 * 2e-6 + 0.75 * 40e6 / 100e9)
     ring = 2 * 3 * 20e-6 + 2 * 0.75 * 40e6 / 10e9         # ring over the 4 nodes
     tree = 2 * 2 * 20e-6 + 2 * 40e6 / 10e9                # tree over the 4 nodes
-    assert sm.allreduce_time(n, 16, cluster, "ring") == pytest.approx(5e-6 + intra + ring)
-    assert sm.allreduce_time(n, 16, cluster, "tree") == pytest.approx(5e-6 + intra + tree)
-    assert sm.allreduce_time(n, 16, cluster) == pytest.approx(5e-6 + intra + min(ring, tree))
+    assert cost.allreduce_time(n, 16, cluster, "ring") == pytest.approx(5e-6 + intra + ring)
+    assert cost.allreduce_time(n, 16, cluster, "tree") == pytest.approx(5e-6 + intra + tree)
+    assert cost.allreduce_time(n, 16, cluster) == pytest.approx(5e-6 + intra + min(ring, tree))
     # inside one node it is one NVLink ring
-    assert sm.allreduce_time(n, 4, cluster) == pytest.approx(
+    assert cost.allreduce_time(n, 4, cluster) == pytest.approx(
         5e-6 + 2 * 3 * 2e-6 + 1.5 * 40e6 / 100e9)
 
 
 def test_one_gpu_communicates_nothing():
     cluster = small_cluster()
-    assert sm.ring_allreduce_time(100 * MB, 1, 1.0, 1.0) == 0
-    assert sm.tree_allreduce_time(100 * MB, 1, 1.0, 1.0) == 0
-    assert sm.allreduce_time(100 * MB, 1, cluster) == 0
+    assert cost.ring_allreduce_time(100 * MB, 1, 1.0, 1.0) == 0
+    assert cost.tree_allreduce_time(100 * MB, 1, 1.0, 1.0) == 0
+    assert cost.allreduce_time(100 * MB, 1, cluster) == 0
     profile = sm.profile_network("tiny", tiny_logits, (8, 8, 3))
     compute = (profile.forward_flops + profile.backward_flops) * 32 / cluster.rate
     for overlap in (False, True):
-        assert sm.step_time(profile, 32, 1, cluster, 1 << 20, overlap) == pytest.approx(compute)
-        assert sm.efficiency(profile, 32, 1, cluster, 1 << 20, overlap) == 1.0
+        assert cost.step_time(profile, 32, 1, cluster, 1 << 20, overlap) == pytest.approx(compute)
+        assert cost.efficiency(profile, 32, 1, cluster, 1 << 20, overlap) == 1.0
 
 
 def test_gpus_that_do_not_fill_nodes_are_refused():
     with pytest.raises(ValueError, match="whole nodes of 4, got 6"):
-        sm.allreduce_time(MB, 6, small_cluster())
+        cost.allreduce_time(MB, 6, small_cluster())
     with pytest.raises(ValueError, match="'best', 'ring' or 'tree', got 'star'"):
-        sm.allreduce_time(MB, 16, small_cluster(), "star")
+        cost.allreduce_time(MB, 16, small_cluster(), "star")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +107,7 @@ def test_efficiency_never_rises_with_more_gpus_at_a_fixed_batch_per_gpu(profiles
                                                                         batch):
     for algorithm in ("ring", "tree", "best"):
         for overlap in (False, True):
-            curve = [sm.efficiency(profiles[network], batch, gpus, sm.H100, 4 << 20, overlap,
+            curve = [cost.efficiency(profiles[network], batch, gpus, cost.H100, 4 << 20, overlap,
                                    algorithm=algorithm) for gpus in sm.GPU_COUNTS]
             assert curve[0] == 1.0
             assert all(later <= earlier for earlier, later in itertools.pairwise(curve)), curve
@@ -115,10 +116,10 @@ def test_efficiency_never_rises_with_more_gpus_at_a_fixed_batch_per_gpu(profiles
 @pytest.mark.parametrize("network", ["cifar10", "resnet50"])
 def test_overlap_never_costs_time_and_never_beats_the_compute(profiles, network):
     profile = profiles[network]
-    compute = (profile.forward_flops + profile.backward_flops) * 64 / sm.H100.rate
+    compute = (profile.forward_flops + profile.backward_flops) * 64 / cost.H100.rate
     for gpus in (8, 64, 4096):
-        hidden = sm.step_time(profile, 64, gpus, sm.H100, 4 << 20, overlap=True)
-        exposed = sm.step_time(profile, 64, gpus, sm.H100, 4 << 20, overlap=False)
+        hidden = cost.step_time(profile, 64, gpus, cost.H100, 4 << 20, overlap=True)
+        exposed = cost.step_time(profile, 64, gpus, cost.H100, 4 << 20, overlap=False)
         assert compute <= hidden <= exposed
 
 
@@ -134,16 +135,16 @@ def test_buckets_all_reduce_one_at_a_time_as_soon_as_backward_completes_them():
     layers = tuple(sm.Layer(name, int(5e8), int(1e9), (Gradient(4_000_000),))
                    for name in ("first", "last"))
     profile = sm.Profile("hand", layers)
-    allreduce = sm.allreduce_time(4_000_000, 16, cluster)
+    allreduce = cost.allreduce_time(4_000_000, 16, cluster)
     assert allreduce > 2e-3          # longer than a layer's backward: the buckets queue
     # backward: "last" done at 4 ms, "first" at 6 ms; its bucket waits for the other's
-    assert sm.step_time(profile, 1, 16, cluster, 4_000_000, overlap=True) == pytest.approx(
+    assert cost.step_time(profile, 1, 16, cluster, 4_000_000, overlap=True) == pytest.approx(
         4e-3 + allreduce + allreduce)
-    assert sm.step_time(profile, 1, 16, cluster, 4_000_000, overlap=False) == pytest.approx(
+    assert cost.step_time(profile, 1, 16, cluster, 4_000_000, overlap=False) == pytest.approx(
         6e-3 + 2 * allreduce)
     # one bucket for both: ready at 6 ms either way
-    assert sm.step_time(profile, 1, 16, cluster, 8_000_000, overlap=True) == pytest.approx(
-        6e-3 + sm.allreduce_time(8_000_000, 16, cluster))
+    assert cost.step_time(profile, 1, 16, cluster, 8_000_000, overlap=True) == pytest.approx(
+        6e-3 + cost.allreduce_time(8_000_000, 16, cluster))
 
 
 def tiny_logits(images):
@@ -220,7 +221,7 @@ def test_inception3_matches_its_published_size():
 
 def test_buckets_are_towerflows_plan_in_backward_order(profiles):
     profile = profiles["resnet50"]
-    planned = sm.gradient_buckets(profile, 4 << 20)
+    planned = cost.gradient_buckets(profile, 4 << 20)
     assert sum(nbytes for nbytes, _ in planned) == profile.gradient_bytes
     # the first bucket: the classifier's kernel, the first gradient the backward pass
     # makes, alone (8 MB, over 4 MiB: a tensor larger than a bucket gets its own)
@@ -230,18 +231,18 @@ def test_buckets_are_towerflows_plan_in_backward_order(profiles):
     # one bucket for everything: it is complete only when the backward pass is,
     # so overlap hides nothing
     whole = profile.gradient_bytes
-    assert len(sm.gradient_buckets(profile, whole)) == 1
-    assert sm.step_time(profile, 64, 512, sm.H100, whole, True) == pytest.approx(
-        sm.step_time(profile, 64, 512, sm.H100, whole, False))
+    assert len(cost.gradient_buckets(profile, whole)) == 1
+    assert cost.step_time(profile, 64, 512, cost.H100, whole, True) == pytest.approx(
+        cost.step_time(profile, 64, 512, cost.H100, whole, False))
 
 
 def test_batch_below_target_is_where_efficiency_crosses_90_percent(profiles):
     profile = profiles["resnet50"]
     for overlap in (False, True):
-        batch = sm.batch_below_target(profile, 4096, sm.H100, 4 << 20, overlap)
+        batch = cost.batch_below_target(profile, 4096, cost.H100, 4 << 20, overlap)
         assert batch > 0
-        assert sm.efficiency(profile, batch, 4096, sm.H100, 4 << 20, overlap) < 0.9
-        assert sm.efficiency(profile, batch + 1, 4096, sm.H100, 4 << 20, overlap) >= 0.9
+        assert cost.efficiency(profile, batch, 4096, cost.H100, 4 << 20, overlap) < 0.9
+        assert cost.efficiency(profile, batch + 1, 4096, cost.H100, 4 << 20, overlap) >= 0.9
 
 
 def test_the_script_writes_its_table_json_and_plot(tmp_path):
