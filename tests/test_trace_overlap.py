@@ -152,6 +152,13 @@ def test_an_nccl_worlds_buckets_are_joined_across_processes_bucket_by_bucket():
     assert sorted(across) == [
         ((0, 10, f"{NCCL}sum_0_rank_0_start"), (1, 12, f"{NCCL}sum_0_rank_1_start")),
         ((1, 30, f"{NCCL}sum_1_rank_1_start"), (0, 40, f"{NCCL}sum_1_rank_0_start"))]
+    assert flow_names(events, across) == [f"{NCCL}sum_0", f"{NCCL}sum_1"]    # the buckets'
+
+
+def flow_names(events, pairs):
+    """The names of the flows (arrows) from the sources of ``pairs``, sorted."""
+    sources = {(source[0], source[1]) for source, _ in pairs}
+    return sorted(e["name"] for e in events if e["ph"] == "s" and (e["pid"], e["ts"]) in sources)
 
 
 def blocking_nccl_device(device, names_and_spans):
@@ -177,5 +184,7 @@ def test_blocking_nccl_members_across_processes_are_joined_as_other_collectives(
         stats = StepStats(dev_stats=[blocking_nccl_device(
             device, {f"{NCCL}sum_0_rank_{number}": (start, end)})])
         return timeline.TracedRun(stats, rank=number)
-    pairs = arrows(trace_of([rank(0, 10, 50), rank(1, 40, 51)]))
+    events = trace_of([rank(0, 10, 50), rank(1, 40, 51)])
+    pairs = arrows(events)
     assert pairs == [((1, 40, f"{NCCL}sum_0_rank_1"), (0, 50, f"{NCCL}sum_0_rank_0"))]
+    assert flow_names(events, pairs) == [f"{NCCL}sum_0"]

@@ -34,7 +34,8 @@ op per tower or rank (``MpiAllReduceStart``/``Wait``,
 even on one lane (the sum is in flight between them, beside the ops the
 lane runs meanwhile), and the starts of one bucket (of one step) on other
 devices or ranks get an arrow each to the start of the one that started it
-last (the bucket is issued then).
+last: in one process that start issues every GPU's call; across ranks each
+rank issues its own, and the sum completes only once the last has.
 """
 
 import collections
@@ -52,14 +53,14 @@ COLLECTIVE_OPS = frozenset({"MpiAllReduce", "MpiBroadcast", "MpiAllGather", "Ncc
 # The suffix a collective member's node name adds to its collective's, where
 # the members' names differ: an NCCL bucket's members on the GPUs of one
 # process (``<bucket>_<tower>``) or of several (``<bucket>_rank_<rank>``).
-MEMBER_SUFFIXES = {"NcclAllReduce": re.compile(r"_\d+$")}
+MEMBER_SUFFIXES = {"NcclAllReduce": re.compile(r"(_rank)?_\d+$")}
 # The halves of an all-reduce that overlaps the backward pass (parallel/mpi_ops.py,
 # parallel/nccl.py): a start op hands a handle to its wait op, the sum runs
 # between them. By start op: the suffix its node name adds to its bucket's (an
 # NCCL bucket has a start per tower, ``<bucket>_<tower>_start``, or per process,
 # ``<bucket>_rank_<rank>_start``; an MPI bucket one per rank, all of one name).
 STARTED_COLLECTIVE_OPS = {"MpiAllReduceStart": re.compile(r"_start$"),
-                          "NcclAllReduceStart": re.compile(r"_\d+_start$")}
+                          "NcclAllReduceStart": re.compile(r"(_rank)?_\d+_start$")}
 COLLECTIVE_WAIT_OPS = frozenset({"MpiAllReduceWait", "NcclAllReduceWait"})
 
 
@@ -247,9 +248,10 @@ class Timeline:
                                   dur=node.all_end_rel_micros, args=args)
                 # A wait's arrow from its start, even on one lane: it spans
                 # the all-reduce in flight beside the ops between them.
-                lane = None if op in COLLECTIVE_WAIT_OPS else (pid, tid)
+                same_lane_arrow = op in COLLECTIVE_WAIT_OPS
                 for name in inputs:
-                    self._consume((run, name), start, end, (pid, tid, lane), show_dataflow)
+                    self._consume((run, name), start, end, (pid, tid), show_dataflow,
+                                  same_lane_arrow)
                 self._note_collective(run, node.node_name, op, _Span(
                     self._runs[run].rank, start, end, pid, tid))
         if show_dataflow:
@@ -266,17 +268,18 @@ class Timeline:
             bucket = STARTED_COLLECTIVE_OPS[op].sub("", node_name)
             self._started[step, op, bucket].append(span)
 
-    def _consume(self, key, start, end, consumer, show_dataflow):
-        """``consumer``: its (pid, tid, own lane): no arrow comes from a
-        producer on its own lane (None: from anywhere)."""
-        pid, tid, own_lane = consumer
+    def _consume(self, key, start, end, lane, show_dataflow, same_lane_arrow=False):
+        """The consumer on ``lane`` (pid, tid) of tensor ``key``; its arrow
+        from the producer, unless both are on one lane (``same_lane_arrow``:
+        even then)."""
+        pid, tid = lane
         tensor = self._tensors.get(key)
         if tensor is None:          # a control input, or produced outside the trace
             return
         tensor.unref_times.append(end - 1)
         created, create_pid, create_tid = self._flow_starts[key]
         # Same device and lane: no arrow (horizontal arrows only clutter).
-        if show_dataflow and (create_pid, create_tid) != own_lane:
+        if show_dataflow and (same_lane_arrow or (create_pid, create_tid) != lane):
             self._flow(key[1], (create_pid, create_tid, created), (pid, tid, start))
 
     def _show_collectives(self):
@@ -298,14 +301,15 @@ class Timeline:
 
     def _show_started_collectives(self):
         """Each overlapping bucket's start ops, on several devices (towers or
-        ranks), joined to the one that started last: the bucket is issued
-        when its last member starts, so every arrow points forward."""
+        ranks), joined to the one that started last: the bucket's sum can
+        complete only once its last member has started (in one process, that
+        start issues every GPU's call), so every arrow points forward."""
         for (_, _, name), spans in self._started.items():
             self._join_to_last_start(name, spans)
 
     def _join_to_last_start(self, name, spans):
         """An arrow from the start of each member on another device to that of
-        the member that started last (it issued the collective)."""
+        the member that started last (the collective waited for it)."""
         last = max(spans, key=lambda span: span.start)
         for span in spans:
             if span.pid != last.pid:
