@@ -280,3 +280,88 @@ def test_cli_sync_batch_norm_with_accumulate_resumes_exactly(tmp_path, monkeypat
     assert len([name for name in theirs if name.endswith("moving_mean")]) == 7
     for name in theirs:
         assert np.array_equal(ours[name], theirs[name]), name
+
+
+# -- float16 with a loss scale -----------------------------------------------------------
+
+# 2 towers x 32 examples, one global micro-batch B = 64; a fixed loss scale S.
+# The linear branch's float16 backward (below) peaks at its kernel gradient,
+# S x seed x (the shard's mean of x, at most 3): with the seed n_i / B = 1/2
+# that is at most 3 S = 6144, but with the seed n_i = 32 it is about 2 S x 32
+# = 131072 > 65504 (float16's largest): inf, and the update is skipped.
+HALF_TOWERS, HALF_BATCH, HALF_SCALE, HALF_RATE = 2, 64, 2.0 ** 11, 0.01
+HALF_U = 2.0 ** -11             # float16's unit roundoff
+
+
+def half_micro_batches():
+    """K micro-batches whose inputs are small integers (exact in float16)."""
+    rng = np.random.default_rng(3)
+    return [(rng.integers(1, 4, (HALF_BATCH, 4)).astype(np.float32),
+             rng.integers(-1, 2, (HALF_BATCH, 3)).astype(np.float32)) for _ in range(K)]
+
+
+def half_tower(shard):
+    """A linear branch whose float16 backward is exact (integer inputs, power-of-
+    two seeds), plus a synchronized batch norm branch."""
+    x, target = shard
+    linear = tf.layers.dense(x, 1, use_bias=False, name="linear",
+                             kernel_initializer=tf.constant_initializer(0.25))
+    hidden = tf.layers.dense(x, 3, use_bias=False, name="hidden",
+                             kernel_initializer=tf.glorot_uniform_initializer(seed=1))
+    normal = tf.layers.batch_normalization(hidden, training=True)
+    return tf.reduce_mean(tf.cast(linear, tf.float32)) + \
+        tf.reduce_mean(tf.cast(normal, tf.float32) * target)
+
+
+def one_half_update(policy):
+    """One update (K micro-batches) of 2 synchronized towers under ``policy``
+    (mixed_float16: a fixed loss scale). Returns (tower 0's variables by name
+    before and after, whether the update was skipped)."""
+    tf.reset_default_graph()
+    tf.mixed_precision.set_global_policy(policy)
+    try:
+        x, target = tf.placeholder(tf.float32, [None, 4]), tf.placeholder(tf.float32, [None, 3])
+        optimizer = tf.train.GradientDescentOptimizer(HALF_RATE)
+        if policy == "mixed_float16":
+            optimizer = tf.mixed_precision.LossScaleOptimizer(
+                optimizer, dynamic=False, initial_scale=HALF_SCALE)
+        strategy = tf.parallel.DataParallel([f"/cpu:{i}" for i in range(HALF_TOWERS)],
+                                            all_reduce="cpu", sync_batch_norm=True,
+                                            accumulation_steps=K)
+        step = strategy.minimize(half_tower, (x, target), optimizer)
+    finally:
+        tf.mixed_precision.set_global_policy(None)
+    variables = [v for v in tf.global_variables() if v.name.startswith("tower_0/")]
+    skipped = step.metrics.get("step_skipped", tf.constant(False))
+    with tf.Session() as sess:
+        sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+        before = sess.run(variables)
+        for index, (images, targets) in enumerate(half_micro_batches()):
+            ran = sess.run([step.op_for(index), skipped], {x: images, target: targets})
+        after = sess.run(variables)
+    names = [v.name for v in variables]
+    return dict(zip(names, before)), dict(zip(names, after)), ran[1]
+
+
+def test_float16_loss_scaling_with_synchronized_accumulation_keeps_its_headroom():
+    """The loss scale's float16 backward runs at S x n_i / B, never S x n_i: with
+    S = 2^11 and n_i = 32 the update is applied (not skipped) and follows float32.
+
+    The linear kernel's float16 gradient is exact (S x (n_i / B) / n_i = 32 times
+    sums of integers <= 96), so it matches float32 to float32 rounding (a few
+    float32 ulps of the update). The batch-norm branch's kernel is read in
+    float16 (1 rounding), its 4-term products (4 more) and its gradient
+    (1 rounding, then a 32-term float16 sum: 32): each variable (the moving
+    statistics too, from the same float16 forward) within 64 float16 unit
+    roundoffs of its largest change."""
+    start, half, skipped = one_half_update("mixed_float16")
+    _, full, _ = one_half_update("float32")
+    assert not skipped
+    assert all(np.isfinite(value).all() for value in half.values())
+    linear = "tower_0/linear/kernel:0"
+    np.testing.assert_allclose(half[linear] - start[linear], full[linear] - start[linear],
+                               rtol=1e-5)
+    assert np.abs(half[linear] - start[linear]).min() > 0       # moved
+    for name in full:
+        largest = np.abs(full[name] - start[name]).max()
+        assert np.abs(half[name] - full[name]).max() <= 64 * HALF_U * largest, name

@@ -31,8 +31,11 @@ losses through the shared statistics) instead of weighting its gradients.
 With gradient accumulation (below) they work as PyTorch's SyncBatchNorm under
 DDP's ``no_sync``: every micro-batch's forward and backward pass all-reduce
 the statistics of its global micro-batch (the moving statistics move once
-per micro-batch), each tower's loss is weighted by n_i, and the gradients are
-still all-reduced once per update.
+per micro-batch), each tower's loss is still weighted by n_i / B (a weight of
+n_i would shrink a loss scale's float16 headroom by log2(n_i) bits), its
+unscaled gradients are multiplied by B (the global micro-batch's examples)
+into the per-example sums accumulation adds, and the gradients are still
+all-reduced once per update.
 
 Gradient accumulation (``accumulation_steps=K``, see accumulation.py): the
 step's ``accumulate_op`` adds a micro-batch's gradients into per-tower
@@ -247,24 +250,31 @@ class DataParallel:
         gradient) or 'examples' (n_i: the shard's per-example gradient sum). A
         loss-scaling optimizer (towerflow.mixed_precision) scales each tower's
         loss and unscales its gradients before the reduction. With synchronized
-        batch norms the weight (either kind) enters the backward pass (see
-        above) and the towers' gradients of the cross-tower sums are wired
+        batch norms n_i / B enters the backward pass (see above), for 'examples'
+        the unscaled gradients are then multiplied by B (the global batch's
+        examples), and the towers' gradients of the cross-tower sums are wired
         together: with accumulation they run in every micro-batch."""
         weighted, gradient_sums = [], []
         scaled = hasattr(optimizer, "get_scaled_loss")
         synchronized = bool(towers[0].statistic_sums)
+        batch = _ShardFraction(towers[0].fraction.batch_input, 1, 0, examples=True)
         for tower, variables in zip(towers, replicas):
             weigher = tower.fraction if weight == "fraction" else tower.examples
             first_op = len(graph.get_operations())
-            loss_weight = weigher.of(tower.loss.dtype) if synchronized else None
+            # NOTE: never n_i as the seed: under loss scaling the float16 backward
+            # would run at loss_scale x n_i and overflow log2(n_i) bits early
+            loss_weight = tower.fraction.of(tower.loss.dtype) if synchronized else None
             with graph.device(self.devices[tower.index]), \
                     graph.name_scope(f"tower_{tower.index}_gradients"):
                 loss = optimizer.get_scaled_loss(tower.loss) if scaled else tower.loss
                 grads = _gradients(loss, variables, loss_weight)
                 if scaled:
                     grads = optimizer.get_unscaled_gradients(grads)
-                weighted.append(grads if synchronized else
-                                [weigher.weigh(grad) for grad in grads])
+                if not synchronized:
+                    grads = [weigher.weigh(grad) for grad in grads]
+                elif weight == "examples":      # (n_i / B) x B, in the master dtype
+                    grads = [batch.weigh(grad) for grad in grads]
+                weighted.append(grads)
             if synchronized:
                 gradient_sums.append(sync_batch_norm.new_sums(graph, first_op, gradients=True))
         if synchronized:
