@@ -298,3 +298,31 @@ def test_a_fork_to_another_gpus_stream_is_refused():
             other.wait_event(forked)
         assert not other.is_capturing()
         origin.end_capture()                        # the capture is left whole
+
+
+def test_replayed_forking_graphs_leave_no_streams_behind(simulated):
+    """A graph's branch streams are its own: dropped with it, not kept by the world."""
+    warm_up(simulated)
+    origin, side = new_stream(simulated), new_stream(simulated)
+    x = simulated.arange(4.0)
+    simulated.cuda.get_current_stream().synchronize()
+    pool = simulated.cuda.MemoryPool()
+
+    def capture_and_replay(x):
+        with simulated.cuda.using_allocator(pool.malloc):
+            with origin:
+                origin.begin_capture()
+                fork(simulated, origin, side)
+            with side:
+                x *= 2                                  # forked
+            with origin:
+                origin.wait_event(side.record(simulated.cuda.Event(disable_timing=True)))
+                graph = origin.end_capture()
+        graph.launch(origin)
+    capture_and_replay(x)
+    streams = simgpu.state.world().streams
+    before = len(streams)
+    for _ in range(5):
+        capture_and_replay(x)
+    assert len(streams) == before
+    np.testing.assert_array_equal(x.get(stream=origin), np.arange(4.0) * 2**6)

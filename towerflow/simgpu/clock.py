@@ -188,7 +188,7 @@ class Stream:
     """cupy.cuda.Stream: a queue of work on one device."""
 
     def __init__(self, null=False, non_blocking=False, ptds=False, priority=None, *,
-                 _world=None, _device=None):
+                 _world=None, _device=None, _registered=True):
         from . import state
         world = _world or state.world()
         device = world.current_device if _device is None else _device
@@ -200,7 +200,12 @@ class Stream:
         self.ptr = 0 if null else 0x7000_0000 + next(world.stream_ids)
         self._saved = []
         self._callbacks = []            # (seq, arg) of host functions the host has not seen run
-        world.streams[(device, self.ptr)] = self
+        # NOTE: a graph's branch streams are not registered: nothing looks them
+        # up by pointer, a device synchronize covers their work through the
+        # launching stream (which waits on them), and the world would keep them
+        # after the graph is gone.
+        if _registered:
+            world.streams[(device, self.ptr)] = self
 
     def _issue(self):
         """Queue one piece of work: returns its clock (what it follows, itself
