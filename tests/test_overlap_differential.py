@@ -13,7 +13,9 @@ Planted faults these tests caught (each reverted): NCCL's start without its
 fork event, in one process and across processes (the simulated GPU's race
 check: the communication stream read the bucket before the compute stream
 wrote it); the MPI start summing a buffer bound at its first call (the first
-step's gradients every step); the switch ignored (the probes ran with it off).
+step's gradients every step); the switch ignored (the probes ran with it off);
+NcclAllReduceStart back in plan_capture's host reads (NCCL's world's training
+step no longer captured as a CUDA graph).
 """
 
 import collections
@@ -205,7 +207,8 @@ def test_mpi_overlap_trains_like_blocking_and_one_device(tmp_path, one_device):
 
 
 def test_nccl_world_overlap_trains_like_blocking_and_one_device(tmp_path, one_device):
-    """NCCL between 2 ranks of one simulated GPU each (its world's start kernel)."""
+    """NCCL between 2 ranks of one simulated GPU each (its world's start kernel);
+    the training step is captured as a CUDA graph, on and off."""
     env = {**os.environ, simgpu.ENV_VARIABLE: "2",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
                                                         os.environ.get("PYTHONPATH")]))}
