@@ -32,9 +32,9 @@ import pytest
 from test_differential import (
     FLOAT64_RTOL,
     NETWORKS,
-    _counted,
     assert_same_training,
     batches,
+    counting_calls,
     one_device_step,
 )
 
@@ -111,7 +111,7 @@ def counting_probes(setattr_):
     calls = collections.Counter()
     for probe in fast_paths.probes_of(OVERLAP):
         owner, attribute = fast_paths.probe_target(probe)
-        setattr_(owner, attribute, _counted(getattr(owner, attribute), probe, calls))
+        setattr_(owner, attribute, counting_calls(getattr(owner, attribute), probe, calls))
     return calls
 
 
