@@ -21,9 +21,10 @@
 #            cifar10_two_logical_gpus (GPU 0 split in two), gpu_peers_implicit_gemm
 #            (the network's throughput with TOWERFLOW_GPU_CONV=implicit);
 #   gpu_backend_tests (tests/test_gpu_*.py and the capture, seed-program,
-#            CuPy-conformance and cross-stream capture files) and gpu_op_tests (pytest -m gpu, the rest,
-#            in 4 shards: benchmarks/gpu_check_shard.py), all 5 at once after the
-#            benchmarks, interrupted with SIGINT at their limit (pytest still counts).
+#            CuPy-conformance and cross-stream capture files) and gpu_op_tests
+#            (pytest -m gpu, the rest, in 4 shards: benchmarks/gpu_check_shard.py),
+#            all 5 at once after the benchmarks, interrupted with SIGINT at
+#            their limit (pytest still counts).
 # --tiny shrinks every step (CI runs it on the simulated GPU: tests/test_device_check.py).
 # PYTHON names the interpreter (default python3). The exit status is the
 # number of failed steps (100 if no summary could be written).

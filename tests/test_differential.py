@@ -273,12 +273,13 @@ def probes(monkeypatch, splits_small_work):
     for path in fast_paths.FAST_PATHS:
         for probe in fast_paths.probes_of(path):
             owner, attribute = fast_paths.probe_target(probe)
-            monkeypatch.setattr(owner, attribute, _counted(getattr(owner, attribute),
-                                                           probe, calls))
+            monkeypatch.setattr(owner, attribute,
+                                counting_calls(getattr(owner, attribute), probe, calls))
     return calls
 
 
-def _counted(function, probe, calls):
+def counting_calls(function, probe, calls):
+    """``function``, counting each call in ``calls[probe]``."""
     def counted(*args, **kwargs):
         calls[probe] += 1
         return function(*args, **kwargs)

@@ -13,7 +13,9 @@ Planted faults these tests caught (each reverted): NCCL's start without its
 fork event, in one process and across processes (the simulated GPU's race
 check: the communication stream read the bucket before the compute stream
 wrote it); the MPI start summing a buffer bound at its first call (the first
-step's gradients every step); the switch ignored (the probes ran with it off).
+step's gradients every step); the switch ignored (the probes ran with it off);
+NcclAllReduceStart back in plan_capture's host reads (NCCL's world's training
+step no longer captured as a CUDA graph).
 """
 
 import collections
@@ -30,9 +32,9 @@ import pytest
 from test_differential import (
     FLOAT64_RTOL,
     NETWORKS,
-    _counted,
     assert_same_training,
     batches,
+    counting_calls,
     one_device_step,
 )
 
@@ -50,11 +52,12 @@ BATCHES = (3, 7, 29)    # ragged shards on 2, 3 and 4 towers; an empty one at 3 
 MPI_TOWERS = (1, 2)     # towers per rank
 
 
-def train(batch, devices=None, all_reduce=None, steps=STEPS):
+def train(batch, devices=None, all_reduce=None, steps=STEPS, observe=None):
     """{variable name: (initial, trained)} of the cifar10 network after ``steps``
     of SGD on float64 batches of ``batch`` images: on /cpu:0 alone (no
     ``all_reduce``), or as DataParallel towers on ``devices`` with synchronized
-    batch norm and a bucket per gradient (so many all-reduces overlap)."""
+    batch norm and a bucket per gradient (so many all-reduces overlap).
+    ``observe``, if given, is called with the Session after the training."""
     build = NETWORKS["cifar10"][0]
     tf.reset_default_graph()
     tf.set_random_seed(7)
@@ -80,6 +83,8 @@ def train(batch, devices=None, all_reduce=None, steps=STEPS):
         for x, y in batches(batch, SIZE, np.float64, steps):
             sess.run(train_op, {images: x, labels: y})
         trained = sess.run(variables)
+        if observe is not None:
+            observe(sess)
     names = [var.op.name.split("/", 1)[-1] if all_reduce else var.op.name for var in variables]
     return {name: (start, end) for name, start, end in zip(names, initial, trained)}
 
@@ -106,7 +111,7 @@ def counting_probes(setattr_):
     calls = collections.Counter()
     for probe in fast_paths.probes_of(OVERLAP):
         owner, attribute = fast_paths.probe_target(probe)
-        setattr_(owner, attribute, _counted(getattr(owner, attribute), probe, calls))
+        setattr_(owner, attribute, counting_calls(getattr(owner, attribute), probe, calls))
     return calls
 
 
@@ -202,9 +207,17 @@ def test_mpi_overlap_trains_like_blocking_and_one_device(tmp_path, one_device):
 
 
 def test_nccl_world_overlap_trains_like_blocking_and_one_device(tmp_path, one_device):
-    """NCCL between 2 ranks of one simulated GPU each (its world's start kernel)."""
+    """NCCL between 2 ranks of one simulated GPU each (its world's start kernel);
+    the training step is captured as a CUDA graph, on and off."""
     env = {**os.environ, simgpu.ENV_VARIABLE: "2",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
                                                         os.environ.get("PYTHONPATH")]))}
     launch(tmp_path, "--nccl", env=env)
     check_ranks(tmp_path, [(1, batch) for batch in BATCHES], one_device, NCCL_WORLD_PROBE)
+    for rank in (0, 1):
+        for batch in BATCHES:
+            capture = json.loads((tmp_path / f"rank_{rank}_1_{batch}_capture.json").read_text())
+            for switch in ("on", "off"):        # the training step's plan, as a CUDA graph
+                assert capture[switch]["captured"] == 1, (rank, batch, switch, capture)
+                assert not [reason for reason in capture[switch]["reasons"]
+                            if "capture failed" in reason], capture

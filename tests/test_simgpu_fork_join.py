@@ -281,3 +281,48 @@ def test_the_replay_runs_the_fork_on_a_branch_in_order_and_beside_the_origin(
     assert forked[2] >= before[3]                   # after its fork point
     assert after[2] >= forked[3]                    # the join: after the forked work
     assert forked[2] < between[3] and between[2] < forked[3]    # beside each other
+
+
+def test_a_fork_to_another_gpus_stream_is_refused():
+    # NOTE: CUDA lets a capture cross devices; the simulator does not model
+    # multi-device graphs, so it refuses the fork (before the replay would run
+    # GPU 1's work on a stream of GPU 0).
+    with simgpu.installed(gpus=2, memory_bytes=2**30) as cp:
+        origin = new_stream(cp)
+        with cp.cuda.Device(1):
+            other = new_stream(cp)
+        origin.begin_capture()
+        forked = origin.record(cp.cuda.Event(disable_timing=True))
+        with cp.cuda.Device(1), pytest.raises(
+                NotImplementedError, match="multi-device graphs.*GPU 1.*GPU 0"):
+            other.wait_event(forked)
+        assert not other.is_capturing()
+        origin.end_capture()                        # the capture is left whole
+
+
+def test_replayed_forking_graphs_leave_no_streams_behind(simulated):
+    """A graph's branch streams are its own: dropped with it, not kept by the world."""
+    warm_up(simulated)
+    origin, side = new_stream(simulated), new_stream(simulated)
+    x = simulated.arange(4.0)
+    simulated.cuda.get_current_stream().synchronize()
+    pool = simulated.cuda.MemoryPool()
+
+    def capture_and_replay(x):
+        with simulated.cuda.using_allocator(pool.malloc):
+            with origin:
+                origin.begin_capture()
+                fork(simulated, origin, side)
+            with side:
+                x *= 2                                  # forked
+            with origin:
+                origin.wait_event(side.record(simulated.cuda.Event(disable_timing=True)))
+                graph = origin.end_capture()
+        graph.launch(origin)
+    capture_and_replay(x)
+    streams = simgpu.state.world().streams
+    before = len(streams)
+    for _ in range(5):
+        capture_and_replay(x)
+    assert len(streams) == before
+    np.testing.assert_array_equal(x.get(stream=origin), np.arange(4.0) * 2**6)

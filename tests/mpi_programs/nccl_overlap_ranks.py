@@ -40,6 +40,13 @@ class Reasons(logging.Handler):
             self.messages.append(record.getMessage())
 
 
+def captured_plans(sess, fed_only=False):
+    """How many graphs the Session's plans captured (with ``fed_only``, only
+    the plans run with a feed: a training step's, not a read of variables)."""
+    return sum(plan.captured for (_, fed), (plan, _) in sess._plans.items()
+               if isinstance(plan, plan_capture.CapturingPlan) and (fed or not fed_only))
+
+
 def logged_run(sess, fetch, feed):
     """Runs one step, returning what its GPU's streams ran (a graph replay's
     branches included)."""
@@ -73,8 +80,7 @@ def main():
         for _ in range(args.steps - 1):
             sess.run(step.train_op, feed)
         last_step = logged_run(sess, step.train_op, feed)
-        captured = sum(plan.captured for plan, _ in sess._plans.values()
-                       if isinstance(plan, plan_capture.CapturingPlan))
+        captured = captured_plans(sess)
         values = sess.run(step.variables)
     out = Path(args.out)
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))

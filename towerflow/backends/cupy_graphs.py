@@ -31,8 +31,10 @@ def capture(primary, runtimes, run):
     stream and so joins the capture (CUDA's cross-stream capture), and must
     be joined back (``primary``'s stream waits on an event recorded on it
     after its work) before the capture ends, which fails otherwise
-    (cudaErrorStreamCaptureUnjoined) and takes every joined stream out of
-    capture mode. The graph replays such work on a branch beside the rest."""
+    (cudaErrorStreamCaptureUnjoined). The graph replays such work on a branch
+    beside the rest. NOTE: CUDA does not document whether a failed end leaves
+    the joined streams capturing; the simulated GPU takes them all out, and
+    towerflow ends only ``primary``'s capture (_abandon_capture)."""
     others = [runtime for runtime in runtimes if runtime is not primary]
     stream = primary.stream
     saved = [(runtime.stream, runtime.malloc) for runtime in runtimes]

@@ -258,11 +258,8 @@ def make_start_kernel(ctx, nccl, xp):
     is_last = rank == len(group_ids) - 1
 
     def start(x):
-        x = xp.ascontiguousarray(x)     # NOTE: NCCL reads x.size elements from x.data.ptr
-        out = xp.empty_like(x)
-        compute = xp.cuda.get_current_stream()
         stream = group.communication_stream(rank, xp)
-        stream.wait_event(compute.record(xp.cuda.Event(disable_timing=True)))
+        x, out = _fork_for_all_reduce(x, stream, xp)
         done = xp.cuda.Event(disable_timing=True)
         bucket.calls[rank] = (communicator, x, out, x.size, NCCL_DTYPES[x.dtype.name], stream,
                               xp.cuda.Device().id, done)
@@ -270,6 +267,18 @@ def make_start_kernel(ctx, nccl, xp):
             bucket.issue_and_record(nccl, members[rank], xp)
         return np.array(_Launch(x, out, done), dtype=object)    # a variant scalar
     return start
+
+
+def _fork_for_all_reduce(x, stream, xp):
+    """A start's first half: ``x`` made contiguous and its output allocated on
+    the compute stream, then the communication ``stream`` forked from it by an
+    event. Returns (x, out). NOTE: the fork comes last, so that the all-reduce
+    on ``stream`` follows the contiguous copy and the allocation."""
+    x = xp.ascontiguousarray(x)         # NOTE: NCCL reads x.size elements from x.data.ptr
+    out = xp.empty_like(x)
+    compute = xp.cuda.get_current_stream()
+    stream.wait_event(compute.record(xp.cuda.Event(disable_timing=True)))   # the fork
+    return x, out
 
 
 def make_wait_kernel(ctx, xp):
@@ -355,10 +364,7 @@ def _world_start_kernel(ctx, nccl, xp):
                           lambda: xp.cuda.Stream(non_blocking=True))
 
     def start(x):
-        x = xp.ascontiguousarray(x)     # NOTE: NCCL reads x.size elements from x.data.ptr
-        out = xp.empty_like(x)
-        compute = xp.cuda.get_current_stream()
-        stream.wait_event(compute.record(xp.cuda.Event(disable_timing=True)))   # the fork
+        x, out = _fork_for_all_reduce(x, stream, xp)
         # NOTE: one stream, in the plan's order (the same on every rank): NCCL
         # needs a communicator's collectives issued in one order everywhere.
         communicator.allReduce(x.data.ptr, out.data.ptr, x.size, NCCL_DTYPES[x.dtype.name],

@@ -22,7 +22,8 @@ of running it, and refuses what CUDA refuses during capture: synchronising,
 reading device memory on the host, allocating outside a graph-private pool.
 Captures cross streams as CUDA's do (the CUDA programming guide, "Cross-stream
 Dependencies and Events"): a stream that waits on an event recorded in a
-capture joins that capture (a *fork*), its later work becomes nodes of the
+capture joins that capture (a *fork*; only a stream of the capturing GPU: the
+simulator does not model multi-device graphs), its later work becomes nodes of the
 same graph, and it must be joined back (the capture's origin stream waits on
 an event recorded on it after its last work) before ``end_capture`` on the
 origin, which takes every stream of the capture out of capture mode. A graph
@@ -187,7 +188,7 @@ class Stream:
     """cupy.cuda.Stream: a queue of work on one device."""
 
     def __init__(self, null=False, non_blocking=False, ptds=False, priority=None, *,
-                 _world=None, _device=None):
+                 _world=None, _device=None, _registered=True):
         from . import state
         world = _world or state.world()
         device = world.current_device if _device is None else _device
@@ -199,7 +200,12 @@ class Stream:
         self.ptr = 0 if null else 0x7000_0000 + next(world.stream_ids)
         self._saved = []
         self._callbacks = []            # (seq, arg) of host functions the host has not seen run
-        world.streams[(device, self.ptr)] = self
+        # NOTE: a graph's branch streams are not registered: nothing looks them
+        # up by pointer, a device synchronize covers their work through the
+        # launching stream (which waits on them), and the world would keep them
+        # after the graph is gone.
+        if _registered:
+            world.streams[(device, self.ptr)] = self
 
     def _issue(self):
         """Queue one piece of work: returns its clock (what it follows, itself
@@ -284,6 +290,13 @@ class Stream:
                 ERROR_STREAM_CAPTURE_MERGE,
                 "cudaErrorStreamCaptureMerge: a capturing stream waited on an event "
                 "recorded in another capture (two captures cannot be merged)")
+        if graph is None and self.device_id != captured.device_id:
+            # NOTE: CUDA lets a capture fork to another device's stream; the
+            # simulator replays every lane on the capturing GPU, so it refuses.
+            raise NotImplementedError(
+                f"the simulated GPU does not model multi-device graphs: a stream of GPU "
+                f"{self.device_id} waited on an event recorded in a capture on GPU "
+                f"{captured.device_id} (fork only to streams of GPU {captured.device_id})")
         if graph is None:
             captured._join(self)
         captured._wait(self, event.capture_mark)

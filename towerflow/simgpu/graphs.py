@@ -104,7 +104,8 @@ class Graph:
 
     def _branch_streams(self, world):
         while len(self._branches) < len(self.lanes) - 1:
-            branch = Stream(non_blocking=True, _world=world, _device=self.device_id)
+            branch = Stream(non_blocking=True, _world=world, _device=self.device_id,
+                            _registered=False)
             branch.key = f"graph branch {len(self._branches) + 1} ({branch.key})"
             self._branches.append(branch)
         return self._branches
