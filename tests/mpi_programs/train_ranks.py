@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
-import towerflow as tf  # noqa: E402
-from test_parallel import CLASSES, FEATURES, batches  # noqa: E402
-from towerflow.device import runtime  # noqa: E402
+from test_parallel import CLASSES, FEATURES, batches
+
+import towerflow as tf
+from towerflow.device import runtime
 
 
 def model(hidden_units):
@@ -74,7 +75,7 @@ def main():
     parser.add_argument("--data-seed-per-rank", action="store_true",
                         help="rank r feeds the global batches of seed r")
     args = parser.parse_args()
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     x = tf.placeholder(tf.float32, [None, FEATURES])
     labels = tf.placeholder(tf.int64, [None])
     strategy = make_strategy(args)
