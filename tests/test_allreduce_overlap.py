@@ -4,12 +4,11 @@ exist and waited for just before the update, bit-identical to the blocking
 all-reduce; shown in the trace of a 2-rank run."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launched_jobs import run_on_ranks
 
 import towerflow as tf
 from towerflow.parallel import buckets, communicators, mpi
@@ -80,15 +79,10 @@ def test_bad_overlap_and_latency_values_are_named(monkeypatch):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Rank outputs and the trace, with overlap (1) and without (0)."""
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
     out = {}
     for overlap in (1, 0):
         where = tmp_path_factory.mktemp(f"overlap_{overlap}")
-        command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
-                   sys.executable, str(PROGRAM), str(where), "--overlap", str(overlap)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180,
-                              check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
+        run_on_ranks(PROGRAM, where, "--overlap", overlap)
         out[overlap] = where
     return out
 

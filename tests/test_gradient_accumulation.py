@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import split_cpu
+from launched_jobs import run_on_ranks
 
 import towerflow as tf
 from towerflow.train.checkpoint_format import read_checkpoint
@@ -290,12 +291,7 @@ def test_two_ranks_accumulate_like_one_device_with_one_all_reduce_per_update(tmp
     """2 ranks x 2 towers, K = 3: the weights of one device on the updates'
     batches; each rank's MPI collectives: none while accumulating, one per
     gradient bucket at each update."""
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install "
-                                         "'towerflow[mpi]'")
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
-               sys.executable, str(PROGRAM), str(tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_on_ranks(PROGRAM, tmp_path)
     sys.path.insert(0, str(PROGRAM.parent))
     try:
         from accumulate_ranks import MICRO_BATCH, UPDATES, K, data

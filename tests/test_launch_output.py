@@ -7,15 +7,16 @@ import subprocess
 import sys
 
 import pytest
+from launched_jobs import MPI_MISSING, launch_line
 
-pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+pytest.importorskip("mpi4py", reason=MPI_MISSING)
 pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
 
 
 def test_only_rank_zero_prints_the_summary_naming_ranks_and_towers(tmp_path):
-    line = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--timeout", "60", "--",
-            sys.executable, "-m", "towerflow", "train", "digits", "--cpu-towers", "1",
-            "--steps", "3", "--json-out", str(tmp_path / "run.json")]
+    line = launch_line([sys.executable, "-m", "towerflow", "train", "digits", "--cpu-towers",
+                        "1", "--steps", "3", "--json-out", str(tmp_path / "run.json")],
+                       "--timeout", "60")
     done = subprocess.run(line, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     summaries = [text for text in done.stdout.splitlines() if "samples/s of training" in text]

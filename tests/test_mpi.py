@@ -5,25 +5,17 @@ rank and disagreeing ranks give named errors instead of hangs."""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-import towerflow as tf
+from launched_jobs import MPI_MISSING, run_on_ranks
 from test_parallel import relative_difference, train
 
-pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+import towerflow as tf
+
+pytest.importorskip("mpi4py", reason=MPI_MISSING)
 PROGRAM = Path(__file__).parent / "mpi_programs" / "train_ranks.py"
-
-
-def launch(tmp_path, *args, timeout=120):
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
-               sys.executable, str(PROGRAM), str(tmp_path), *args]
-    start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    return done, time.monotonic() - start
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +26,7 @@ def four_cpus(no_gpu):
 
 @pytest.mark.parametrize("extra", [[], ["--unseeded-on-rank-1"]], ids=["same-seeds", "broadcast"])
 def test_two_ranks_of_two_towers_match_one_device(tmp_path, extra):
-    done, _ = launch(tmp_path, *extra)
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_on_ranks(PROGRAM, tmp_path, *extra, timeout=120)
     reference_losses, reference = train(0, 10)
     ranks = [np.load(tmp_path / f"rank_{r}.npz") for r in (0, 1)]
     for result in ranks:
@@ -48,16 +39,18 @@ def test_two_ranks_of_two_towers_match_one_device(tmp_path, extra):
 
 
 def test_a_dead_rank_is_named_within_the_timeout(tmp_path):
-    done, elapsed = launch(tmp_path, "--die-at", "5", "--timeout", "10")
+    # within 60 s, or the launch times out (TimeoutExpired fails the test)
+    done = run_on_ranks(PROGRAM, tmp_path, "--die-at", 5, "--timeout", 10, timeout=60,
+                        expect_success=False)
     output = done.stdout + done.stderr
     assert done.returncode != 0
     assert "rank 1 did not join all-reduce" in output, output
-    assert elapsed < 60
     assert not (tmp_path / "rank_0.npz").exists()
 
 
 def test_ranks_that_disagree_on_shapes_get_the_first_mismatch(tmp_path):
-    done, _ = launch(tmp_path, "--hidden-on-rank-1", "9", "--timeout", "10")
+    done = run_on_ranks(PROGRAM, tmp_path, "--hidden-on-rank-1", 9, "--timeout", 10,
+                        timeout=120, expect_success=False)
     output = done.stdout + done.stderr
     assert done.returncode != 0
     assert "tensor 0: rank 0 has shape [5, 8] float32 but rank 1 has shape [5, 9]" in output, \

@@ -15,20 +15,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from launched_jobs import kill_marked, launch_marked, left_after
+from launched_jobs import (
+    MPI_MISSING,
+    kill_marked,
+    launch_line,
+    launch_marked,
+    left_after,
+)
 
 import towerflow as tf
 
-pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+pytest.importorskip("mpi4py", reason=MPI_MISSING)
 PROGRAMS = Path(__file__).parent / "mpi_programs"
 CRASH_SIGNS = ("MPI_ERR", "double free", "Segmentation", "corrupted", "Traceback")
 
 
 def launch(*command, env=None, timeout=120):
-    line = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--timeout", "20", "--",
-            *command]
-    return subprocess.run(line, capture_output=True, text=True, timeout=timeout, env=env,
-                           check=False)
+    return subprocess.run(launch_line(command, "--timeout", "20"), capture_output=True,
+                          text=True, timeout=timeout, env=env, check=False)
 
 
 def train_with_rank_1_options(*rank_1_options):

@@ -3,18 +3,14 @@ strict simulated GPUs (TOWERFLOW_SIMULATED_GPUS): each rank binds the GPU of
 its local rank, the ranks join one NCCL world through rank 0's unique id, and
 two ranks of one GPU tower each train like one device on the global batch."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launched_jobs import MPI_MISSING, run_on_ranks, with_simulated_gpus
 from test_parallel import batches, relative_difference, train
 
-from towerflow import simgpu
-
-pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+pytest.importorskip("mpi4py", reason=MPI_MISSING)
 PROGRAM = Path(__file__).parent / "mpi_programs" / "train_ranks.py"
 BATCH, STEPS = 10, 20
 # Two ranks sum their halves of each gradient where one device sums the whole
@@ -23,15 +19,10 @@ BATCH, STEPS = 10, 20
 FLOAT32_REORDERING = 1e-5
 
 
-def launch_nccl(tmp_path, *args, gpus=2, timeout=120):
-    env = {**os.environ, simgpu.ENV_VARIABLE: str(gpus),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
-                                                        os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--", sys.executable,
-               str(PROGRAM), str(tmp_path), "--nccl", "--batch", str(BATCH), "--steps",
-               str(STEPS), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
-                          check=False)
+def launch_nccl(tmp_path, *args, gpus=2, expect_success=True):
+    return run_on_ranks(PROGRAM, tmp_path, "--nccl", "--batch", BATCH, "--steps", STEPS, *args,
+                        timeout=120, env=with_simulated_gpus(gpus),
+                        expect_success=expect_success)
 
 
 def rank_results(tmp_path):
@@ -58,8 +49,7 @@ def one_gpu(data):
 
 
 def test_two_ranks_on_their_own_gpus_match_one_device(tmp_path, simulated_gpu):
-    done = launch_nccl(tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    launch_nccl(tmp_path)
     reference_losses, reference = one_gpu(batches(BATCH, STEPS))
     ranks = rank_results(tmp_path)
     for rank, result in enumerate(ranks):
@@ -79,8 +69,7 @@ def test_gradients_cross_processes_when_ranks_feed_different_batches(tmp_path, s
     # it contributes. Only a real all-reduce across processes ends both ranks
     # on the parameters of one device trained on [rank 0's half 0, rank 1's
     # half 1]; a rank training alone ends on its own batches' parameters.
-    done = launch_nccl(tmp_path, "--data-seed-per-rank")
-    assert done.returncode == 0, done.stdout + done.stderr
+    launch_nccl(tmp_path, "--data-seed-per-rank")
     half = BATCH // 2
     joined = [(np.concatenate([x0[:half], x1[half:]]), np.concatenate([y0[:half], y1[half:]]))
               for (x0, y0), (x1, y1) in zip(batches(BATCH, STEPS, 0), batches(BATCH, STEPS, 1))]
@@ -96,7 +85,7 @@ def test_gradients_cross_processes_when_ranks_feed_different_batches(tmp_path, s
 
 
 def test_two_ranks_on_one_gpu_are_refused_with_the_fix(tmp_path):
-    done = launch_nccl(tmp_path, gpus=1)
+    done = launch_nccl(tmp_path, gpus=1, expect_success=False)
     output = done.stdout + done.stderr
     assert done.returncode != 0
     assert "all_reduce='nccl' needs one GPU per rank, but ranks 0 and 1" in output, output

@@ -5,17 +5,13 @@ joined back by its wait; the graph replays it on a branch beside the rest of
 the backward pass, and the weights are bit-identical without overlap."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launched_jobs import MPI_MISSING, run_on_ranks, with_simulated_gpus
 
-from towerflow import simgpu
-
-pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+pytest.importorskip("mpi4py", reason=MPI_MISSING)
 PROGRAM = Path(__file__).parent / "mpi_programs" / "nccl_overlap_ranks.py"
 STEPS = 4       # a warm-up run op by op, the capture, then replays
 
@@ -23,18 +19,11 @@ STEPS = 4       # a warm-up run op by op, the capture, then replays
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{overlap: (the ranks' weights, the ranks' facts)}, overlap 1 and 0."""
-    env = {**os.environ, simgpu.ENV_VARIABLE: "2",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
-                                                        os.environ.get("PYTHONPATH")]))}
     out = {}
     for overlap in (1, 0):
         where = tmp_path_factory.mktemp(f"nccl_overlap_{overlap}")
-        command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
-                   sys.executable, str(PROGRAM), str(where), "--overlap", str(overlap),
-                   "--steps", str(STEPS)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env,
-                              check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
+        run_on_ranks(PROGRAM, where, "--overlap", overlap, "--steps", STEPS,
+                     env=with_simulated_gpus(2))
         out[overlap] = ([np.load(where / f"rank_{rank}.npz") for rank in (0, 1)],
                         [json.loads((where / f"rank_{rank}.json").read_text())
                          for rank in (0, 1)])

@@ -20,15 +20,13 @@ step no longer captured as a CUDA graph).
 
 import collections
 import json
-import os
 import re
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launched_jobs import run_on_ranks, with_simulated_gpus
 from test_differential import (
     FLOAT64_RTOL,
     NETWORKS,
@@ -39,7 +37,7 @@ from test_differential import (
 )
 
 import towerflow as tf
-from towerflow import fast_paths, simgpu
+from towerflow import fast_paths
 
 pytestmark = pytest.mark.differential
 
@@ -170,15 +168,6 @@ def test_nccl_overlap_trains_like_blocking_and_one_device(gpu_backend, no_gpu, m
 # -- between MPI ranks ------------------------------------------------------------------
 
 
-def launch(out, *options, env=None):
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
-               sys.executable, str(PROGRAM), str(out), *options]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env,
-                          check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 def load(out, rank, key):
     """The training a rank saved (rank program's save) for ``key``."""
     arrays = np.load(out / f"rank_{rank}_{key}.npz")
@@ -201,7 +190,7 @@ def check_ranks(out, configurations, one_device, probe):
 
 def test_mpi_overlap_trains_like_blocking_and_one_device(tmp_path, one_device):
     """2 ranks x 1 and 2 CPU towers (2 and 4 shards) in one launch."""
-    launch(tmp_path, "--mpi", *map(str, MPI_TOWERS))
+    run_on_ranks(PROGRAM, tmp_path, "--mpi", *MPI_TOWERS, timeout=300)
     check_ranks(tmp_path, [(towers, batch) for towers in MPI_TOWERS for batch in BATCHES],
                 one_device, MPI_PROBE)
 
@@ -209,10 +198,7 @@ def test_mpi_overlap_trains_like_blocking_and_one_device(tmp_path, one_device):
 def test_nccl_world_overlap_trains_like_blocking_and_one_device(tmp_path, one_device):
     """NCCL between 2 ranks of one simulated GPU each (its world's start kernel);
     the training step is captured as a CUDA graph, on and off."""
-    env = {**os.environ, simgpu.ENV_VARIABLE: "2",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
-                                                        os.environ.get("PYTHONPATH")]))}
-    launch(tmp_path, "--nccl", env=env)
+    run_on_ranks(PROGRAM, tmp_path, "--nccl", timeout=300, env=with_simulated_gpus(2))
     check_ranks(tmp_path, [(1, batch) for batch in BATCHES], one_device, NCCL_WORLD_PROBE)
     for rank in (0, 1):
         for batch in BATCHES:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from launched_jobs import MPI_MISSING, launch_line
 
 from towerflow import run_control
 from towerflow.train.checkpoint_format import latest_checkpoint, read_checkpoint
@@ -39,7 +40,7 @@ def train(directory, *args, env=None, launch=False):
     line = [*PYTHON, "train", *args, "--checkpoint-dir", str(directory),
             "--json-out", str(directory) + ".json"]
     if launch:
-        line = [*PYTHON, "launch", "-n", "2", "--", *line]
+        line = launch_line(line)
     return subprocess.run(line, check=False, capture_output=True, text=True, timeout=300,
                           env=env or environment())
 
@@ -342,12 +343,12 @@ def test_resume_refuses_a_changed_option_that_defines_the_run(tmp_path):
 
 
 def test_sigterm_to_the_launcher_stops_both_ranks_at_one_step(tmp_path):
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+    pytest.importorskip("mpi4py", reason=MPI_MISSING)
     straight_dir, directory, steps = tmp_path / "straight", tmp_path / "ck", 120
     args = [*RUN, "--cpu-towers", "1", "--steps", str(steps)]
     assert train(straight_dir, *args, launch=True).returncode == 0
-    line = [*PYTHON, "launch", "-n", "2", "--", *PYTHON, "train", *args,
-            "--checkpoint-dir", str(directory), "--json-out", str(directory) + ".json"]
+    line = launch_line([*PYTHON, "train", *args, "--checkpoint-dir", str(directory),
+                        "--json-out", str(directory) + ".json"])
     launcher = subprocess.Popen(line, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=environment())
     wait_for(directory / "model-23.npz", launcher)
@@ -369,10 +370,10 @@ def test_ctrl_c_on_a_terminal_stops_a_launched_run_with_one_checkpoint(tmp_path)
     """Ctrl-C typed on the launcher's terminal: the terminal sends SIGINT to its
     whole foreground process group, not to one process; the ranks still stop
     together, with one checkpoint, and the launcher exits 130."""
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+    pytest.importorskip("mpi4py", reason=MPI_MISSING)
     directory = tmp_path / "ck"
-    line = [*PYTHON, "launch", "-n", "2", "--", *PYTHON, "train", *RUN, "--cpu-towers", "1",
-            "--steps", "400", "--checkpoint-dir", str(directory)]
+    line = launch_line([*PYTHON, "train", *RUN, "--cpu-towers", "1", "--steps", "400",
+                        "--checkpoint-dir", str(directory)])
     out, returncode = run_on_a_terminal(line, typed_when=directory / "model-23.npz")
     assert returncode == 130, out
     stops = re.findall(r"^(?:\^C)?interrupted at step (\d+) ", out, re.MULTILINE)  # ^C: echo
@@ -415,7 +416,7 @@ def _readable(descriptor):
 
 
 def test_a_signal_to_one_rank_stops_every_rank_at_its_step(tmp_path):
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+    pytest.importorskip("mpi4py", reason=MPI_MISSING)
     directory = tmp_path / "ck"
     only_rank_1 = environment(**{run_control.SELF_SIGNAL_ENV: "30:SIGTERM:1"},
                               TOWERFLOW_COLLECTIVE_TIMEOUT="20")

@@ -7,14 +7,12 @@ normalise with their own shard's statistics and differ."""
 
 import collections
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import release_gpu_backend, split_cpu, use_gpu_backend
+from launched_jobs import run_on_ranks
 
 import towerflow as tf
 
@@ -301,14 +299,7 @@ PROGRAM = Path(__file__).parent / "mpi_programs" / "sync_batch_norm_ranks.py"
 def test_two_mpi_ranks_match_one_device(tmp_path, towers_per_rank):
     """``towerflow launch -n 2``: 2 ranks x 1 or 2 towers on batches of 12
     (equal), 7 (ragged) and 3 (with 2 towers a rank, one shard empty)."""
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install "
-                                         "'towerflow[mpi]'")
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
-               sys.executable, str(PROGRAM), str(tmp_path), str(towers_per_rank)]
-    start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert time.monotonic() - start < 300
+    run_on_ranks(PROGRAM, tmp_path, towers_per_rank, timeout=300)
     for batch in (12, 7, 3):
         reference = train(0, batch)
         ranks = [np.load(tmp_path / f"batch_{batch}_rank_{rank}.npz") for rank in (0, 1)]

@@ -11,13 +11,12 @@ gradients by hand, in float64."""
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import split_cpu
+from launched_jobs import run_on_ranks
 from test_sync_batch_norm import (
     SHAPE,
     batches,
@@ -201,12 +200,7 @@ def test_two_mpi_ranks_with_two_towers_each_match_one_device(tmp_path):
     (equal), 7 (ragged) and 3 (one shard empty); each micro-batch all-reduces
     the statistics and their gradients between the ranks, each update the
     gradients' one bucket."""
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install "
-                                         "'towerflow[mpi]'")
-    command = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--",
-               sys.executable, str(PROGRAM), str(tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_on_ranks(PROGRAM, tmp_path, timeout=300)
     for micro_batch in (12, 7, 3):
         reference = one_device(micro_batch)
         ranks = [np.load(tmp_path / f"micro_batch_{micro_batch}_rank_{rank}.npz")

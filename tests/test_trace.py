@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from launched_jobs import MPI_MISSING, launch_line
 
 import towerflow as tf
 from towerflow import training_trace
@@ -371,7 +372,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def towerflow(*args, cwd, launch=False):
     line = [sys.executable, "-m", "towerflow", *args]
     if launch:
-        line = [sys.executable, "-m", "towerflow", "launch", "-n", "2", "--", *line]
+        line = launch_line(line)
     return subprocess.run(line, capture_output=True, text=True, timeout=300, cwd=cwd,
                           check=False, env=dict(os.environ, PYTHONPATH=ROOT))
 
@@ -473,7 +474,7 @@ def test_trace_options_are_checked_before_training(tmp_path, capsys):
 
 
 def test_launch_writes_one_trace_with_a_row_group_per_rank(tmp_path):
-    pytest.importorskip("mpi4py", reason="multi-process tests need pip install 'towerflow[mpi]'")
+    pytest.importorskip("mpi4py", reason=MPI_MISSING)
     pytest.importorskip("sklearn", reason="the digits recipe needs scikit-learn")
     done = towerflow("train", "digits", "--steps", "5", "--cpu-towers", "1", "--trace",
                      "t.json", "--trace-steps", "2", "--quiet", cwd=tmp_path, launch=True)

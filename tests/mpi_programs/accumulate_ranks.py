@@ -12,7 +12,6 @@ Writes OUT_DIR/rank_<r>.npz: the final variables (arr_0...), and per
 micro-batch collectives_per_micro_batch and mpi_calls_per_micro_batch.
 """
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
+from conftest import split_cpu
 from test_gradient_accumulation import adam, examples, mlp, placeholders
 
 import towerflow as tf
@@ -44,10 +44,8 @@ def all_reduce_ops(metadata):
 
 def main():
     out_dir = Path(sys.argv[1])
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    rank = mpi.rank_from_environment()
+    split_cpu(2)
     x, labels = placeholders()
     global_step = tf.train.get_or_create_global_step()
     strategy = tf.parallel.DataParallel(["/cpu:0", "/cpu:1"], all_reduce="mpi",

@@ -12,20 +12,20 @@ for not capturing, the last step's log: [name, stream, begin, end] in the
 simulated GPU's microseconds).
 """
 
-import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
+from overlap_ranks import overlap_arguments
 from test_nccl_overlap import nccl_step
 
 import towerflow as tf
 from towerflow import plan_capture
+from towerflow.parallel.mpi import rank_from_environment
 from towerflow.simgpu import work
 from towerflow.simgpu.clock import WORK_MICROS
 
@@ -66,11 +66,7 @@ def logged_run(sess, fetch, feed):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("--overlap", type=int, required=True)
-    parser.add_argument("--steps", type=int, default=4)
-    args = parser.parse_args()
+    args = overlap_arguments()
     reasons = Reasons()
     logging.getLogger("towerflow").addHandler(reasons)
     logging.getLogger("towerflow").setLevel(logging.INFO)
@@ -83,7 +79,7 @@ def main():
         captured = captured_plans(sess)
         values = sess.run(step.variables)
     out = Path(args.out)
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    rank = rank_from_environment()
     np.savez(out / f"rank_{rank}.npz", *values)
     facts = {"op_types": sorted({op.type for op in tf.get_default_graph().get_operations()}),
              "captured": captured, "reasons": reasons.messages, "last_step": last_step}

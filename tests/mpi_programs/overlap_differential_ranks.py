@@ -18,7 +18,6 @@ capturing}}).
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from nccl_overlap_ranks import Reasons, captured_plans
 from test_overlap_differential import BATCHES, OVERLAP, counting_probes, train
 
 from towerflow import fast_paths
+from towerflow.parallel.mpi import rank_from_environment
 
 
 def train_counting_captures(batch, devices, all_reduce):
@@ -46,7 +46,7 @@ def main():
     parser.add_argument("--mpi", type=int, nargs="+", metavar="TOWERS")
     parser.add_argument("--nccl", action="store_true")
     args = parser.parse_args()
-    out, rank = Path(args.out), int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    out, rank = Path(args.out), rank_from_environment()
     calls = counting_probes(setattr)
     reasons = Reasons()
     logging.getLogger("towerflow").addHandler(reasons)

@@ -33,12 +33,17 @@ def tower_fn(inputs):
         labels=labels, logits=logits))
 
 
-def main():
+def overlap_arguments():
+    """OUT_DIR --overlap 1|0 [--steps N] (also nccl_overlap_ranks.py's)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--overlap", type=int, required=True)
     parser.add_argument("--steps", type=int, default=4)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = overlap_arguments()
     x = tf.placeholder(tf.float64, [None, FEATURES])
     labels = tf.placeholder(tf.int64, [None])
     # 8 KiB buckets: one or two variables each, so several all-reduces

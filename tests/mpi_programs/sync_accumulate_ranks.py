@@ -11,13 +11,13 @@ Writes OUT_DIR/micro_batch_<B>_rank_<r>.npz: tower 0's global variables
 (variable_0...) and the per-micro-batch counts.
 """
 
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
+from conftest import split_cpu
 from test_sync_batch_norm import small_cnn
 from test_sync_batch_norm_accumulation import (
     LEARNING_RATE,
@@ -28,6 +28,7 @@ from test_sync_batch_norm_accumulation import (
 )
 
 import towerflow as tf
+from towerflow.parallel.mpi import rank_from_environment
 
 
 def train(micro_batch):
@@ -54,10 +55,8 @@ def train(micro_batch):
 
 def main():
     out_dir = Path(sys.argv[1])
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    rank = rank_from_environment()
+    split_cpu(2)
     for micro_batch in (12, 7, 3):
         values, counts = train(micro_batch)
         np.savez(out_dir / f"micro_batch_{micro_batch}_rank_{rank}.npz",

@@ -9,25 +9,23 @@ this rank's towers, the losses, the first step's gradients and the final
 variables (tower 0's), as test_sync_batch_norm.train returns them.
 """
 
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
+from conftest import split_cpu
 from test_sync_batch_norm import train
 
-import towerflow as tf
+from towerflow.parallel.mpi import rank_from_environment
 from towerflow.parallel.sharding import shard_bounds
 
 
 def main():
     out_dir, towers = Path(sys.argv[1]), int(sys.argv[2])
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * towers)
+    rank = rank_from_environment()
+    split_cpu(towers)
     for batch in (12, 7, 3):
         result = train(towers, batch, all_reduce="mpi")
         # this rank's towers hold shards rank * towers .. (rank + 1) * towers - 1

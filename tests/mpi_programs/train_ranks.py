@@ -18,10 +18,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the shared model
+from conftest import split_cpu
 from test_parallel import CLASSES, FEATURES, batches
 
 import towerflow as tf
 from towerflow.device import runtime
+from towerflow.parallel.mpi import rank_from_environment
 
 
 def model(hidden_units):
@@ -39,9 +41,7 @@ def model(hidden_units):
 def make_strategy(args):
     if args.nccl:
         return tf.parallel.DataParallel(all_reduce="nccl", timeout=args.timeout)
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    split_cpu(2)
     return tf.parallel.DataParallel(["/cpu:0", "/cpu:1"], all_reduce="mpi",
                                     timeout=args.timeout)
 
@@ -75,7 +75,7 @@ def main():
     parser.add_argument("--data-seed-per-rank", action="store_true",
                         help="rank r feeds the global batches of seed r")
     args = parser.parse_args()
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    rank = rank_from_environment()
     x = tf.placeholder(tf.float32, [None, FEATURES])
     labels = tf.placeholder(tf.int64, [None])
     strategy = make_strategy(args)
