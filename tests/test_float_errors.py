@@ -116,12 +116,11 @@ def test_a_two_tower_mixed_float16_step_that_overflows_warns_nothing(logical_cpu
         x = tf.placeholder(tf.float32, [None, 4])
         labels = tf.placeholder(tf.int64, [None])
 
-        def tower_fn(inputs):
-            images, classes = inputs
-            logits = tf.layers.dense(images, 3,
-                                     kernel_initializer=tf.glorot_uniform_initializer(seed=1))
-            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=classes, logits=tf.cast(logits, tf.float32)))
+        def tower_fn(inputs):       # float16 logits (the policy's dense layer)
+            logits = tf.layers.dense(inputs[0], 3, use_bias=False,
+                                     kernel_initializer=tf.ones_initializer())
+            return tf.losses.sparse_softmax_cross_entropy(inputs[1],
+                                                          tf.cast(logits, tf.float32))
 
         strategy = tf.parallel.DataParallel(logical_cpus[:2], all_reduce="cpu")
         opt = tf.mixed_precision.LossScaleOptimizer(tf.train.MomentumOptimizer(0.1, 0.9),
