@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import dtypes, errors, fusion, kernel_errors, plan_order
+from . import dtypes, errors, float_errors, fusion, kernel_errors, plan_order
 from .backends import KernelContext, aligned_memory
 from .graph.core import Operation
 
@@ -100,7 +100,19 @@ class Plan:
         return list(self._feed_slots)
 
     def run_steps(self, slots):
-        """Run every step of the plan on ``slots``."""
+        """Run every step of the plan on ``slots``, NumPy's floating-point
+        error reports off as TF's kernels give none (towerflow/float_errors.py);
+        the caller's own state is back when this returns."""
+        token = float_errors.ignore()
+        try:
+            self.run_steps_nested(slots)
+        finally:
+            float_errors.restore(token)
+
+    def run_steps_nested(self, slots):
+        """``run_steps`` for a plan run from a step of another plan on the same
+        thread (a control-flow body, towerflow/plan_body.py), whose floating-point
+        state already holds: entering it again would cost ~1 us per loop turn."""
         step = None
         try:
             with aligned_memory.arrays():
@@ -113,13 +125,15 @@ class Plan:
         """Run every step as ``run_steps`` does, each as ``observe(index, step,
         slots)`` (which calls ``step(slots)``): a traced run times them there,
         leaving ``run_steps``, the untraced loop, as it is."""
-        step = None
+        step, token = None, float_errors.ignore()
         try:
             with aligned_memory.arrays():
                 for index, step in enumerate(self._steps):
                     observe(index, step, slots)
         except Exception as err:  # noqa: BLE001  (re-raised as run_steps does)
             self._raise_step_error(step, err, slots)
+        finally:
+            float_errors.restore(token)
 
     def _raise_step_error(self, step, err, slots):
         """Raise the tf.errors exception for ``err``, raised by ``step`` (see

@@ -32,7 +32,7 @@ class BodyPlan:
         plan = Plan(targets, body.feed_tensors(), placer, runtime_of, resource)
         self.plan = plan
         self._initial = plan._initial
-        self._run_steps = plan.run_steps
+        self._run_steps = plan.run_steps_nested     # run from a step: see there
         self._feed_slots = plan.feed_slots
         moves = [_mover(runtime, target) for target in plan.feed_runtimes]
         self._feed_moves = None if all(move is None for move in moves) else moves

@@ -7,6 +7,7 @@ take, skip, zip, concatenate (the methods of towerflow/api/dataset.py)::
 
 import collections
 import concurrent.futures
+import contextvars
 import os
 import queue
 import threading
@@ -398,8 +399,11 @@ class PrefetchDataset(Dataset):
     def _elements(self, env):
         buffer = queue.Queue(self._buffer_size.value(env))
         stop = threading.Event()
-        thread = threading.Thread(target=_fill, name="tf_data_prefetch", daemon=True,
-                                  args=(self._input._elements(env), buffer, stop, env))
+        # NOTE: in the iterator's context (a Session.run's: NumPy's floating-point
+        # reports off, see towerflow/plan.py), which a new thread does not inherit.
+        thread = threading.Thread(target=contextvars.copy_context().run, name="tf_data_prefetch",
+                                  daemon=True,
+                                  args=(_fill, self._input._elements(env), buffer, stop, env))
         thread.start()
         env.threads.append(thread)
         try:

@@ -7,7 +7,7 @@
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, float_errors
 from ..backends import script_kernels
 from ..graph.shapes import TensorShape
 from . import data_structure as nest
@@ -53,7 +53,9 @@ class GeneratorDataset(Dataset):
     def _elements(self, env):
         arg_values = [env.value(tensor) for tensor in self._arg_tensors]
         flat_types, flat_shapes = self._flat_types(), self._flat_shapes()
-        for element in _reported_as_tf(self._generator(*arg_values), env):
+        with float_errors.users_python():    # the user's code: NumPy warns as in TF
+            elements = self._generator(*arg_values)
+        for element in _reported_as_tf(elements, env):
             leaves = self._leaves(element, env)
             yield tuple(_checked_component(leaf, dtype, shape, env)
                         for leaf, dtype, shape in zip(leaves, flat_types, flat_shapes))
@@ -77,7 +79,8 @@ def _reported_as_tf(elements, env):
     elements = iter(elements)
     while True:
         try:
-            element = next(elements)
+            with float_errors.users_python():    # the user's code: NumPy warns as in TF
+                element = next(elements)
         except StopIteration:
             return
         except Exception as err:    # the user's generator failed: TF's error code

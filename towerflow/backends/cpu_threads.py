@@ -36,6 +36,7 @@ off and holds BLAS to one thread too.
 """
 
 import contextlib
+import contextvars
 import os
 import queue
 import threading
@@ -285,7 +286,7 @@ class WorkerPool(Serial):
 def _serve(inbox, done):
     while True:
         job = inbox.get()
-        job.drain()
+        job.drain_elsewhere()
         done.put(None)
 
 
@@ -295,6 +296,16 @@ class _Job:
     def __init__(self, work, count):
         self.work, self.errors = work, {}
         self._next, self._lock = iter(range(count)), threading.Lock()
+        # NOTE: a part runs in its caller's context wherever it runs: NumPy's
+        # floating-point error state is a contextvar, which a thread does not
+        # inherit (Python 3.11), and a Session.run turns its reports off
+        # (towerflow/float_errors.py); a part on a worker would warn where it did not.
+        self._context = contextvars.copy_context()
+
+    def drain_elsewhere(self):
+        """``drain`` on another thread, in a copy of the caller's context (a
+        context is entered by one thread at a time)."""
+        self._context.copy().run(self.drain)
 
     def drain(self):
         while True:

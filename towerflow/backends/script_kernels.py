@@ -15,7 +15,7 @@ import traceback
 
 import numpy as np
 
-from .. import dtypes, errors
+from .. import dtypes, errors, float_errors
 from ..ops.constant_ops import to_numpy
 
 # TensorFlow's names for dtypes in its messages (DataTypeString).
@@ -51,7 +51,8 @@ def _eager_py_func_kernel(ctx):
 
     def call(*inputs):
         try:
-            result = func(*[_read_only(value).view(EagerValue) for value in inputs])
+            with float_errors.users_python():    # NumPy warns as it would in TF
+                result = func(*[_read_only(value).view(EagerValue) for value in inputs])
             values = _returned_values(result, len(out_dtypes), token, op)
             return [to_numpy(value, dtype) for value, dtype in zip(values, out_dtypes)]
         except errors.OpError:
@@ -82,7 +83,8 @@ def _py_func_kernel(ctx):
 
     def call(*inputs):
         try:
-            result = func(*[_read_only(value) for value in inputs])
+            with float_errors.users_python():    # NumPy warns as it would in TF
+                result = func(*[_read_only(value) for value in inputs])
         except Exception as err:    # the function's own error, as TensorFlow reports it
             raise error_from_python(err, ctx.op) from err
         return _checked_outputs(_as_arrays(result), expected, token, ctx.op)

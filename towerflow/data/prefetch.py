@@ -12,6 +12,7 @@ stops the thread and waits for it briefly.
 # function, the queue and the stop event.
 """
 
+import contextvars
 import queue
 import threading
 import weakref
@@ -73,8 +74,12 @@ class Prefetcher:
             raise ValueError(f"prefetch depth must be at least 1; received {depth}")
         self._queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        # NOTE: in a copy of the caller's context, as ``map(make_batch, indices)``
+        # would run: NumPy's floating-point error state (np.errstate) is a
+        # contextvar, which a new thread does not inherit.
         self._thread = threading.Thread(
-            target=_produce, args=(make_batch, list(indices), self._queue, self._stop),
+            target=contextvars.copy_context().run,
+            args=(_produce, make_batch, list(indices), self._queue, self._stop),
             name=name, daemon=True)
         self._thread.start()
         # Runs on close(), on garbage collection and at interpreter exit.
