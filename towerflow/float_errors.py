@@ -30,9 +30,12 @@ import numpy as np
 
 _NUMPY_DEFAULTS = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
 
+# NOTE: NumPy's private names, so any failure (NumPy 1.x has neither; a later
+# NumPy may change them) falls back to the public np.seterr, a little slower.
 try:    # NumPy 2: the state is a contextvar holding an "extobj"
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
-except ImportError:     # NumPy 1.x: per-thread state behind np.seterr
+    _IGNORE_ALL = _make_extobj(all="ignore")
+except Exception:  # noqa: BLE001
     _extobj_contextvar = None
 
 
@@ -49,7 +52,7 @@ if _extobj_contextvar is not None:
     # added ~2 us to a Session.run of a 3-op plan; this ~1 us (benchmarks/
     # session_overhead.py). A user's np.setbufsize or error callback is not
     # kept inside a run (neither changes a result).
-    ignore = functools.partial(_extobj_contextvar.set, _make_extobj(all="ignore"))
+    ignore = functools.partial(_extobj_contextvar.set, _IGNORE_ALL)
     restore = _extobj_contextvar.reset
 else:
     ignore, restore = _ignore_numpy1, _restore_numpy1
