@@ -391,9 +391,14 @@ def run_on_a_terminal(line, typed_when, seconds=180):
     import pty
     import termios
     controller, terminal = pty.openpty()
+
+    def take_the_terminal():        # in the child: the pty becomes its controlling terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    # NOTE: preexec_fn is unsafe only with threads that hold locks at the fork;
+    # the ioctl takes none, and subprocess offers no other way to set a terminal.
     process = subprocess.Popen(line, stdin=terminal, stdout=terminal, stderr=terminal,
                                env=environment(), start_new_session=True,
-                               preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+                               preexec_fn=take_the_terminal)  # noqa: PLW1509
     os.close(terminal)
     written, typed, deadline = [], False, time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -46,7 +46,7 @@ def _produce(make_batch, indices, out, stop):
             if stop.is_set() or not _put(out, make_batch(index), stop):
                 return
         _put(out, _END, stop)
-    except BaseException as exc:     # noqa: B036  (handed to the consumer, not dropped)
+    except BaseException as exc:     # noqa: B036, BLE001  (handed to the consumer, not dropped)
         _put(out, _Failure(exc), stop)
 
 
