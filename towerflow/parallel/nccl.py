@@ -245,17 +245,25 @@ class _StartedBucket(_Bucket):
                 done.record(stream)
 
 
+def _bucket_member(ctx, nccl, members, bucket_type):
+    """(rank, group, bucket, is_last) of one member kernel of a bucket of GPUs
+    of this process: the group's communicators are shared by every Session,
+    the bucket (a ``bucket_type``) by the bucket's members of this Session;
+    the last rank issues the group call."""
+    rank, group_ids = ctx.attrs["rank"], ctx.attrs["device_ids"]
+    group = ctx.resource(("nccl", group_ids), lambda: shared_group(nccl, group_ids))
+    bucket = ctx.resource((bucket_type.__name__, members), lambda: bucket_type(group))
+    return rank, group, bucket, rank == len(group_ids) - 1
+
+
 def make_start_kernel(ctx, nccl, xp):
     """The kernel of one NcclAllReduceStart (GPU backend; see the module docstring)."""
     _require_nccl(nccl)
     if ctx.attrs.get("world_size", 1) > 1:
         return _world_start_kernel(ctx, nccl, xp)
-    rank, group_ids = ctx.attrs["rank"], ctx.attrs["device_ids"]
-    group = ctx.resource(("nccl", group_ids), lambda: shared_group(nccl, group_ids))
     members = ctx.attrs["run_together"]
-    bucket = ctx.resource(("nccl started bucket", members), lambda: _StartedBucket(group))
+    rank, group, bucket, is_last = _bucket_member(ctx, nccl, members, _StartedBucket)
     communicator = group.communicators[rank]
-    is_last = rank == len(group_ids) - 1
 
     def start(x):
         stream = group.communication_stream(rank, xp)
@@ -305,13 +313,10 @@ def make_member_kernel(ctx, nccl, xp):
     _require_nccl(nccl)
     if ctx.attrs.get("world_size", 1) > 1:
         return _world_member_kernel(ctx, nccl, xp)
-    rank, group_ids = ctx.attrs["rank"], ctx.attrs["device_ids"]
-    group = ctx.resource(("nccl", group_ids), lambda: shared_group(nccl, group_ids))
     members = ctx.attrs.get("run_together") or (getattr(ctx.op, "name", None),)
-    bucket = ctx.resource(("nccl bucket", members), lambda: _Bucket(group))
+    rank, group, bucket, is_last = _bucket_member(ctx, nccl, members, _Bucket)
     communicator = group.communicators[rank]
     dtype = NCCL_DTYPES[ctx.output_dtypes[0].name]
-    is_last = rank == len(group_ids) - 1
     op_name = members[rank] if rank < len(members) else "NcclAllReduce"
 
     def reduce(x):
