@@ -74,14 +74,21 @@ def assert_ranks_identical(results):
             assert np.array_equal(value, other[name]), name
 
 
+def ranks_and_alone(program, tmp_path, *args):
+    """(each rank's result on two ranks, identical across ranks; the weights
+    of one process on the global batch) of ``program`` with ``args``."""
+    reference = weights(run_program(program, tmp_path / "alone", "--as-ranks", "2", *args,
+                                    ranks=0)[0])
+    ranks = run_program(program, tmp_path / "job", *args)
+    assert_ranks_identical(ranks)
+    return ranks, reference
+
+
 # -- Horovod's examples, in towerflow's words, on two ranks ---------------------------
 
 
 def test_mnist_style_program_on_two_ranks_matches_one_process(tmp_path):
-    reference = weights(run_program("mnist_style.py", tmp_path / "alone", "--as-ranks", "2",
-                                    ranks=0)[0])
-    ranks = run_program("mnist_style.py", tmp_path / "job")
-    assert_ranks_identical(ranks)
+    ranks, reference = ranks_and_alone("mnist_style.py", tmp_path)
     assert relative_difference(weights(ranks[0]), reference) <= FLOAT32_ORDER
     facts = [{key: int(result[key]) for key in ("rank", "size", "local_rank", "local_size",
                                                 "cross_rank", "cross_size", "global_step")}
@@ -92,20 +99,14 @@ def test_mnist_style_program_on_two_ranks_matches_one_process(tmp_path):
 
 
 def test_backward_passes_per_step_2_on_two_ranks_equals_the_big_batch(tmp_path):
-    reference = weights(run_program("mnist_style.py", tmp_path / "alone", "--as-ranks", "2",
-                                    "--passes", "2", ranks=0)[0])
-    ranks = run_program("mnist_style.py", tmp_path / "job", "--passes", "2")
-    assert_ranks_identical(ranks)
+    ranks, reference = ranks_and_alone("mnist_style.py", tmp_path, "--passes", "2")
     assert relative_difference(weights(ranks[0]), reference) <= FLOAT32_ORDER
     # global_step counts every backward pass, as Horovod's does
     assert [int(r["global_step"]) for r in ranks] == [12, 12]
 
 
 def test_benchmark_style_program_with_and_without_fp16_compression(tmp_path):
-    reference = weights(run_program("benchmark_style.py", tmp_path / "alone", "--as-ranks", "2",
-                                    ranks=0)[0])
-    ranks = run_program("benchmark_style.py", tmp_path / "job")
-    assert_ranks_identical(ranks)
+    ranks, reference = ranks_and_alone("benchmark_style.py", tmp_path)
     assert relative_difference(weights(ranks[0]), reference) <= FLOAT32_ORDER
     compressed = run_program("benchmark_style.py", tmp_path / "fp16", "--fp16-allreduce")
     assert_ranks_identical(compressed)
