@@ -13,6 +13,7 @@ nothing wrote since its hand-out raises UninitializedReadError.
 
 import bisect
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -222,6 +223,9 @@ class MemoryPool:
         self._per_device = {}
         self.ever_allocated = False
         self.graph_owner = None         # the capture whose graph allocates from it
+        # NOTE: as CuPy's pool, safe across threads (Sessions run from several);
+        # reentrant: a block's finalizer can give it back inside a malloc.
+        self._lock = threading.RLock()
         state.track_pool(self)
         weakref.finalize(self, _drop_all, self._per_device)
 
@@ -255,6 +259,10 @@ class MemoryPool:
         """A MemoryPointer to ``size`` bytes (rounded up to 512, as CuPy's
         _round_size) for the current stream: the smallest free chunk of that
         stream that fits, split if larger (CuPy's _get_chunk), else new memory."""
+        with self._lock:
+            return self._malloc(size)
+
+    def _malloc(self, size):
         world = state.world()
         stream = world.current_stream()
         _check_capture_allocation(world, stream, self)
@@ -297,8 +305,9 @@ class MemoryPool:
         return memory.head
 
     def _give_back(self, block):
-        block.generation += 1
-        self._sub(block.device_id).cache(block)
+        with self._lock:
+            block.generation += 1
+            self._sub(block.device_id).cache(block)
 
 
 class _DevicePool:
@@ -319,7 +328,8 @@ class _DevicePool:
 
     def reuse(self, stream_key, nbytes):
         arena = self.arenas.get(stream_key, {})
-        sizes = [size for size, blocks in arena.items() if size >= nbytes and blocks]
+        # NOTE: a snapshot: a finalizer giving a block back can run mid-loop
+        sizes = [size for size, blocks in list(arena.items()) if size >= nbytes and blocks]
         if not sizes:
             return None
         size = min(sizes)
